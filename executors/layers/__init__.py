@@ -1,0 +1,1 @@
+"""Defense layers applied when a step attempt fails."""

@@ -1,0 +1,95 @@
+"""A scripted LLM client: answers from a list or a function, never from a model.
+
+It is what the offline demo and the tests use, since no real LLM is reachable from our
+machines. It records every request so tests can assert what the engine asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from orchestration.errors import LLMError, LLMErrorKind
+from orchestration.llm.base import LLMRequest, LLMResponse, TokenUsage
+
+ScriptedAnswer = str | dict[str, Any] | list[Any] | LLMResponse | BaseException
+ScriptFunction = Callable[[LLMRequest], "ScriptedAnswer | Awaitable[ScriptedAnswer]"]
+
+
+def estimate_tokens(text: str) -> int:
+    """A rough token count (4 characters a token) for clients that report none."""
+    return max(1, len(text) // 4) if text else 0
+
+
+class ScriptedLLM:
+    """Answers requests from a script.
+
+    ``script`` is either a sequence of answers returned in order (whatever the purpose),
+    or a callable ``(request) -> answer`` (sync or async) that can answer per
+    ``request.purpose``. An answer may be a string, a dict/list (sent as JSON), an
+    :class:`LLMResponse`, or an exception instance to raise. ``latency_s`` simulates
+    model latency. Usage is estimated at 4 characters a token.
+    """
+
+    provider = "scripted"
+
+    def __init__(
+        self,
+        script: Sequence[ScriptedAnswer] | ScriptFunction,
+        *,
+        latency_s: float = 0.0,
+        model: str = "scripted",
+    ) -> None:
+        if callable(script):
+            self._fn: ScriptFunction | None = script
+            self._answers: list[ScriptedAnswer] = []
+        else:
+            self._fn = None
+            self._answers = list(script)
+        self._next = 0
+        self.latency_s = latency_s
+        self.model = model
+        self.requests: list[LLMRequest] = []
+
+    def requests_for(self, purpose: str) -> list[LLMRequest]:
+        """The recorded requests with this purpose, in order."""
+        return [r for r in self.requests if r.purpose == purpose]
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        self.requests.append(request)
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        if self._fn is not None:
+            answer = self._fn(request)
+            if inspect.isawaitable(answer):
+                answer = await answer
+        else:
+            if self._next >= len(self._answers):
+                raise LLMError(
+                    LLMErrorKind.OTHER,
+                    f"scripted LLM has no answer left for request {self._next + 1} "
+                    f"(purpose={request.purpose!r}); the script holds {len(self._answers)}",
+                    provider=self.provider,
+                )
+            answer = self._answers[self._next]
+            self._next += 1
+        return self._to_response(request, answer)
+
+    def _to_response(self, request: LLMRequest, answer: Any) -> LLMResponse:
+        if isinstance(answer, BaseException):
+            raise answer
+        if isinstance(answer, LLMResponse):
+            return answer
+        text = answer if isinstance(answer, str) else json.dumps(answer)
+        return LLMResponse(
+            content=text,
+            finish_reason="stop",
+            usage=TokenUsage(estimate_tokens(request.prompt_text), estimate_tokens(text)),
+            model=self.model,
+        )
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,241 @@
+"""The tool wire protocol and the classification of everything a tool call can return.
+
+Every HTTP tool should answer with a ``ToolResponse`` envelope; tools that don't are still
+usable because :func:`classify_http_response` reads their status code and body. The
+classification produces a :class:`StepError`, the one error shape the executor, the
+defense layers, telemetry and the attempt history all share.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import time
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ErrorCategory(StrEnum):
+    """Why a call failed; decides which defense layer (if any) may act on it.
+
+    The first five travel on the wire (tools set them). The rest are assigned by the
+    client for failures that never produced a tool answer.
+    """
+
+    INPUT_ERROR = "INPUT_ERROR"
+    NOT_FOUND = "NOT_FOUND"
+    AUTH_ERROR = "AUTH_ERROR"
+    RATE_LIMIT = "RATE_LIMIT"
+    SERVICE_ERROR = "SERVICE_ERROR"
+    # client-side classifications
+    TIMEOUT = "TIMEOUT"
+    CONNECTION_ERROR = "CONNECTION_ERROR"
+    INVALID_RESPONSE = "INVALID_RESPONSE"
+    VALIDATION_ERROR = "VALIDATION_ERROR"
+    BINDING_ERROR = "BINDING_ERROR"
+    INTERNAL_ERROR = "INTERNAL_ERROR"
+
+
+HTTP_STATUS_FOR_CATEGORY: dict[ErrorCategory, int] = {
+    ErrorCategory.INPUT_ERROR: 400,
+    ErrorCategory.NOT_FOUND: 404,
+    ErrorCategory.AUTH_ERROR: 401,
+    ErrorCategory.RATE_LIMIT: 429,
+    ErrorCategory.SERVICE_ERROR: 503,
+}
+
+
+def http_status_for_category(category: ErrorCategory) -> int:
+    """The HTTP status a tool should send with an error of ``category`` (500 if unmapped)."""
+    return HTTP_STATUS_FOR_CATEGORY.get(category, 500)
+
+
+class ToolError(BaseModel):
+    """A structured tool error, as tools put it on the wire."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    code: str
+    message: str
+    category: ErrorCategory
+    retryable: bool = False
+    details: dict[str, str] = Field(default_factory=dict)
+
+
+class ToolResponse(BaseModel):
+    """The envelope every tool answer should use: ``success`` with ``data`` or ``error``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    success: bool
+    data: Any = None
+    error: ToolError | None = None
+
+
+class StepError(BaseModel):
+    """One failed attempt at a step, whatever failed: binding, validation, transport, tool.
+
+    ``request_sent`` tells whether the tool may have acted on the request (it matters for
+    non-idempotent capabilities); ``retry_after_s`` carries a rate limit's wait.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    category: ErrorCategory
+    code: str
+    message: str
+    retryable: bool = False
+    details: dict[str, Any] = Field(default_factory=dict)
+    http_status: int | None = None
+    request_sent: bool = True
+    retry_after_s: float | None = None
+    step_id: str | None = None
+    tool: str | None = None
+    capability: str | None = None
+
+    def describe(self) -> str:
+        """One line naming the step, the tool and the cause, for logs and exceptions."""
+        where = ""
+        if self.step_id:
+            where = f"step {self.step_id!r}"
+            if self.tool:
+                where += f" ({self.tool}.{self.capability})"
+            where += ": "
+        status = f" (HTTP {self.http_status})" if self.http_status is not None else ""
+        return f"{where}{self.category.value}/{self.code}{status}: {self.message}"
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+_STATUS_CATEGORY: dict[int, ErrorCategory] = {
+    400: ErrorCategory.INPUT_ERROR,
+    401: ErrorCategory.AUTH_ERROR,
+    403: ErrorCategory.AUTH_ERROR,
+    404: ErrorCategory.NOT_FOUND,
+    409: ErrorCategory.INPUT_ERROR,
+    422: ErrorCategory.INPUT_ERROR,
+    429: ErrorCategory.RATE_LIMIT,
+}
+
+MAX_ERROR_BODY_CHARS = 2000
+
+
+def category_for_status(status: int) -> ErrorCategory:
+    """Category of a non-2xx status from a tool that does not use the envelope."""
+    if status in _STATUS_CATEGORY:
+        return _STATUS_CATEGORY[status]
+    if status >= 500:
+        return ErrorCategory.SERVICE_ERROR
+    return ErrorCategory.INPUT_ERROR
+
+
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP date)."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    if seconds != seconds or seconds < 0:  # NaN or in the past
+        return 0.0
+    return seconds
+
+
+def _truncate(text: str, limit: int = MAX_ERROR_BODY_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit] + f"… [truncated {len(text) - limit} chars]"
+
+
+class ClassifiedResponse(BaseModel):
+    """What one HTTP answer meant: data on success, a :class:`StepError` otherwise."""
+
+    ok: bool
+    data: Any = None
+    error: StepError | None = None
+
+
+def _looks_like_envelope(body: Any) -> bool:
+    return isinstance(body, dict) and isinstance(body.get("success"), bool) and (
+        "data" in body or "error" in body
+    )
+
+
+def classify_http_response(
+    status: int, body: bytes, headers: dict[str, str] | None = None
+) -> ClassifiedResponse:
+    """Turn a tool's HTTP answer into data or a :class:`StepError`.
+
+    Envelope answers are trusted for category and retryability (the HTTP status only fills
+    gaps); other answers are classified by status code, with the body text as message.
+    A 2xx whose body is not JSON is an ``INVALID_RESPONSE``: the tool returned garbage.
+    """
+    headers = {k.lower(): v for k, v in (headers or {}).items()}
+    retry_after = parse_retry_after(headers.get("retry-after"))
+    text = body.decode("utf-8", errors="replace")
+    try:
+        parsed: Any = json.loads(text) if text.strip() else None
+        is_json = bool(text.strip())
+    except ValueError:
+        parsed, is_json = None, False
+
+    if _looks_like_envelope(parsed):
+        envelope = ToolResponse.model_validate(parsed)
+        if envelope.success and 200 <= status < 300:
+            return ClassifiedResponse(ok=True, data=envelope.data)
+        if envelope.error is not None:
+            err = envelope.error
+            ra = retry_after
+            if ra is None and "retry_after" in err.details:
+                ra = parse_retry_after(str(err.details["retry_after"]))
+            return ClassifiedResponse(
+                ok=False,
+                error=StepError(
+                    category=err.category,
+                    code=err.code,
+                    message=err.message,
+                    retryable=err.retryable,
+                    details=dict(err.details),
+                    http_status=status,
+                    retry_after_s=ra,
+                ),
+            )
+        # success flag and status disagree, no error object: fall through to status rules
+
+    if 200 <= status < 300:
+        if not is_json:
+            return ClassifiedResponse(
+                ok=False,
+                error=StepError(
+                    category=ErrorCategory.INVALID_RESPONSE,
+                    code="NON_JSON_RESPONSE",
+                    message=f"tool answered HTTP {status} with a body that is not JSON: "
+                    f"{_truncate(text, 200)!r}",
+                    retryable=False,
+                    http_status=status,
+                ),
+            )
+        return ClassifiedResponse(ok=True, data=parsed)
+
+    category = category_for_status(status)
+    message = _truncate(text.strip()) or f"HTTP {status} with an empty body"
+    return ClassifiedResponse(
+        ok=False,
+        error=StepError(
+            category=category,
+            code=f"HTTP_{status}",
+            message=message,
+            retryable=category
+            in (ErrorCategory.RATE_LIMIT, ErrorCategory.SERVICE_ERROR, ErrorCategory.INPUT_ERROR,
+                ErrorCategory.NOT_FOUND),
+            http_status=status,
+            retry_after_s=retry_after,
+        ),
+    )
