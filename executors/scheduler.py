@@ -1,0 +1,95 @@
+"""Ready-set DAG scheduling on asyncio.
+
+A step starts the moment all of its own dependencies have succeeded — not level by
+level — subject to a concurrency bound. When a step fails, everything downstream of it
+is skipped with the reason, while independent branches run to completion. Cancelling
+the caller cancels every in-flight step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from orchestration.plan import ValidatedPlan
+from orchestration.result import StepResult
+
+RunStep = Callable[[str], Coroutine[Any, Any, StepResult]]
+SkipStep = Callable[[str, str], StepResult]
+
+
+async def run_dag(
+    plan: ValidatedPlan,
+    run_step: RunStep,
+    skip_step: SkipStep,
+    *,
+    max_concurrency: int,
+    deadline: float | None = None,
+) -> dict[str, StepResult]:
+    """Run every step of ``plan``; returns a result for each, in topological order.
+
+    ``run_step`` must not raise (it turns failures into failed results). Steps that could
+    not start — an upstream failure, or the run ``deadline`` (event-loop time) passed —
+    get ``skip_step(step_id, reason)``.
+    """
+    graph = plan.graph
+    waiting = {node: graph.in_degree(node) for node in plan.order}
+    ready: deque[str] = deque(node for node in plan.order if waiting[node] == 0)
+    results: dict[str, StepResult] = {}
+    done_queue: asyncio.Queue[tuple[str, asyncio.Task[StepResult]]] = asyncio.Queue()
+    running: dict[str, asyncio.Task[StepResult]] = {}
+    loop = asyncio.get_running_loop()
+
+    def launch(step_id: str) -> None:
+        task: asyncio.Task[StepResult] = loop.create_task(
+            run_step(step_id), name=f"dagwright-step-{step_id}"
+        )
+        running[step_id] = task
+
+        def on_done(finished: asyncio.Task[StepResult], sid: str = step_id) -> None:
+            done_queue.put_nowait((sid, finished))
+
+        task.add_done_callback(on_done)
+
+    try:
+        while ready or running:
+            while ready and len(running) < max_concurrency:
+                step_id = ready.popleft()
+                if deadline is not None and loop.time() >= deadline:
+                    results[step_id] = skip_step(step_id, "the run deadline passed before it started")
+                    _skip_downstream(plan, step_id, results, skip_step, "did not run")
+                    continue
+                launch(step_id)
+            if not running:
+                continue
+            step_id, task = await done_queue.get()
+            del running[step_id]
+            result = task.result()
+            results[step_id] = result
+            if result.status == "succeeded":
+                for successor in graph.successors(step_id):
+                    waiting[successor] -= 1
+                    if waiting[successor] == 0 and successor not in results:
+                        ready.append(successor)
+            else:
+                _skip_downstream(plan, step_id, results, skip_step, result.status)
+    finally:
+        for task in running.values():
+            task.cancel()
+        if running:
+            await asyncio.gather(*running.values(), return_exceptions=True)
+    return {node: results[node] for node in plan.order if node in results}
+
+
+def _skip_downstream(
+    plan: ValidatedPlan,
+    step_id: str,
+    results: dict[str, StepResult],
+    skip_step: SkipStep,
+    status: str,
+) -> None:
+    for node in plan.descendants(step_id):
+        if node not in results:
+            results[node] = skip_step(node, f"upstream step {step_id!r} {status}")

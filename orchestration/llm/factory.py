@@ -1,0 +1,49 @@
+"""Build the LLM client the configuration describes."""
+
+from __future__ import annotations
+
+import json
+
+from orchestration.config import OrchestratorConfig
+from orchestration.errors import ConfigError
+from orchestration.llm.base import LLMClient
+from orchestration.llm.scripted import ScriptedLLM
+
+
+def client_from_config(config: OrchestratorConfig) -> LLMClient:
+    """The client for ``ORCH_LLM_PROVIDER``; raises :class:`ConfigError` naming what is missing."""
+    key = config.llm_api_key.get_secret_value() if config.llm_api_key else None
+    if config.llm_provider == "scripted":
+        if config.llm_script is None:
+            raise ConfigError("ORCH_LLM_PROVIDER=scripted needs ORCH_LLM_SCRIPT (a JSON list file)")
+        try:
+            answers = json.loads(config.llm_script.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"ORCH_LLM_SCRIPT={config.llm_script}: {exc}") from exc
+        if not isinstance(answers, list):
+            raise ConfigError(f"ORCH_LLM_SCRIPT={config.llm_script}: expected a JSON list")
+        return ScriptedLLM(answers)
+    if not config.llm_model:
+        raise ConfigError(f"ORCH_LLM_PROVIDER={config.llm_provider} needs ORCH_LLM_MODEL")
+    structured = config.llm_structured_output
+    if config.llm_provider == "anthropic":
+        from orchestration.llm.anthropic import AnthropicClient
+
+        return AnthropicClient(
+            model=config.llm_model,
+            api_key=key,
+            base_url=config.llm_base_url or "https://api.anthropic.com",
+            timeout_s=config.llm_timeout_s,
+            structured_output="none" if structured == "none" else "auto",
+        )
+    from orchestration.llm.openai_compat import OpenAICompatibleClient
+
+    if not config.llm_base_url:
+        raise ConfigError("ORCH_LLM_PROVIDER=openai needs ORCH_LLM_BASE_URL (e.g. https://api.openai.com/v1)")
+    return OpenAICompatibleClient(
+        base_url=config.llm_base_url,
+        model=config.llm_model,
+        api_key=key,
+        timeout_s=config.llm_timeout_s,
+        structured_output="auto" if structured == "tool" else structured,
+    )

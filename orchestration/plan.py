@@ -1,0 +1,211 @@
+"""Plans: the DAG of tool calls a planner produces, its references, and its validation.
+
+A parameter value may refer to an upstream step's output with ``{{step_id.path}}``
+(dots and ``[index]``, e.g. ``{{geo.results[0].lat}}``). A reference makes the step
+depend on the step it names; ``depends_on`` adds pure ordering. A value that is exactly
+one reference keeps the JSON type of what it points at; a reference inside a longer
+string is interpolated as text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestration.catalog import Catalog
+from orchestration.errors import CatalogError, PlanIssue, PlanValidationError
+
+STEP_ID_PATTERN = r"[A-Za-z_][A-Za-z0-9_-]*"
+_SEGMENT = r"(?:\.[A-Za-z0-9_-]+|\[\d+\])"
+REFERENCE_RE = re.compile(r"\{\{\s*(" + STEP_ID_PATTERN + r")(" + _SEGMENT + r"*)\s*\}\}")
+_WHOLE_REFERENCE_RE = re.compile(r"^\s*" + REFERENCE_RE.pattern + r"\s*$")
+_PATH_PART_RE = re.compile(r"\.([A-Za-z0-9_-]+)|\[(\d+)\]")
+_ANY_BRACES_RE = re.compile(r"\{\{(.*?)\}\}")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A parsed ``{{step_id.path}}``: the step it names and the path into its output."""
+
+    step_id: str
+    path: tuple[str | int, ...]
+    text: str
+
+    @property
+    def dotted(self) -> str:
+        out = self.step_id
+        for part in self.path:
+            out += f"[{part}]" if isinstance(part, int) else f".{part}"
+        return out
+
+
+def _parse_path(text: str) -> tuple[str | int, ...]:
+    return tuple(
+        m.group(1) if m.group(1) is not None else int(m.group(2))
+        for m in _PATH_PART_RE.finditer(text)
+    )
+
+
+def parse_references(text: str) -> list[Reference]:
+    """Every reference in a string, in order."""
+    return [
+        Reference(m.group(1), _parse_path(m.group(2)), m.group(0))
+        for m in REFERENCE_RE.finditer(text)
+    ]
+
+
+def whole_reference(text: str) -> Reference | None:
+    """The reference if ``text`` is exactly one reference (keeps its JSON type)."""
+    m = _WHOLE_REFERENCE_RE.match(text)
+    return Reference(m.group(1), _parse_path(m.group(2)), m.group(0).strip()) if m else None
+
+
+def iter_strings(value: Any, path: str = "$") -> Iterator[tuple[str, str]]:
+    """Every string inside a JSON value with its JSON path (where references can live)."""
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from iter_strings(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from iter_strings(item, f"{path}[{index}]")
+
+
+def find_references(params: Any) -> list[tuple[str, Reference]]:
+    """``(json_path, reference)`` for every reference in a parameter tree."""
+    return [(path, ref) for path, text in iter_strings(params) for ref in parse_references(text)]
+
+
+class Step(BaseModel):
+    """One tool call in a plan."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    id: str = Field(pattern="^" + STEP_ID_PATTERN + "$", max_length=128)
+    tool: str
+    capability: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    depends_on: list[str] = Field(default_factory=list)
+    description: str | None = None
+
+    def references(self) -> list[tuple[str, Reference]]:
+        return find_references(self.params)
+
+    def dependencies(self) -> set[str]:
+        """Steps this one waits for: explicit ``depends_on`` plus every step it references."""
+        return set(self.depends_on) | {ref.step_id for _, ref in self.references()}
+
+
+class Plan(BaseModel):
+    """A plan as the planner wrote it: a list of steps (order is not significant)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    steps: list[Step]
+    reasoning: str | None = None
+
+
+class ValidatedPlan:
+    """A plan that passed :func:`validate_plan`, with its DAG ready for scheduling."""
+
+    def __init__(self, plan: Plan, graph: nx.DiGraph) -> None:
+        self.plan = plan
+        self.graph = graph
+        self.steps: dict[str, Step] = {s.id: s for s in plan.steps}
+        self.order: list[str] = list(nx.topological_sort(graph))
+
+    def dependencies(self, step_id: str) -> list[str]:
+        """Direct upstream steps."""
+        return list(self.graph.predecessors(step_id))
+
+    def ancestors(self, step_id: str) -> set[str]:
+        """Direct and transitive upstream steps."""
+        return set(nx.ancestors(self.graph, step_id))
+
+    def descendants(self, step_id: str) -> set[str]:
+        return set(nx.descendants(self.graph, step_id))
+
+    def critical_path_length(self, weight: dict[str, float]) -> float:
+        """Longest weighted path through the DAG (the lower bound of any makespan)."""
+        best: dict[str, float] = {}
+        for node in self.order:
+            preds = [best[p] for p in self.graph.predecessors(node)]
+            best[node] = weight.get(node, 0.0) + (max(preds) if preds else 0.0)
+        return max(best.values(), default=0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.plan.model_dump(mode="json", exclude_none=True)
+
+
+def _unknown_braces(text: str) -> list[str]:
+    """``{{...}}`` fragments that are not well-formed references."""
+    return [
+        m.group(0) for m in _ANY_BRACES_RE.finditer(text) if not REFERENCE_RE.fullmatch(m.group(0))
+    ]
+
+
+def validate_plan(plan: Plan, catalog: Catalog, *, max_steps: int = 1000) -> ValidatedPlan:
+    """Check a plan against the catalog and build its DAG; raise with *every* issue found.
+
+    Checks: non-empty and within ``max_steps``, unique ids, known tool/capability,
+    well-formed references to existing steps (not to itself), ``depends_on`` naming
+    existing steps, and no cycle (the error names the cycle).
+    """
+    issues: list[PlanIssue] = []
+    if not plan.steps:
+        raise PlanValidationError([PlanIssue(None, "the plan has no steps")])
+    if len(plan.steps) > max_steps:
+        raise PlanValidationError(
+            [PlanIssue(None, f"the plan has {len(plan.steps)} steps; the limit is {max_steps}")]
+        )
+    ids: set[str] = set()
+    for step in plan.steps:
+        if step.id in ids:
+            issues.append(PlanIssue(step.id, "duplicate step id"))
+        ids.add(step.id)
+    graph: nx.DiGraph = nx.DiGraph()
+    for step in plan.steps:
+        graph.add_node(step.id)
+        try:
+            catalog.get(step.tool, step.capability)
+        except CatalogError as exc:
+            issues.append(PlanIssue(step.id, str(exc)))
+        for path, text in iter_strings(step.params):
+            for bad in _unknown_braces(text):
+                issues.append(
+                    PlanIssue(step.id, f"param {path}: malformed reference {bad!r} "
+                              "(expected {{step_id.field}})")
+                )
+        for path, ref in step.references():
+            if ref.step_id == step.id:
+                issues.append(PlanIssue(step.id, f"param {path} refers to its own step"))
+            elif ref.step_id not in ids:
+                issues.append(
+                    PlanIssue(step.id, f"param {path} refers to unknown step {ref.step_id!r}")
+                )
+            else:
+                graph.add_edge(ref.step_id, step.id)
+        for dep in step.depends_on:
+            if dep == step.id:
+                issues.append(PlanIssue(step.id, "depends_on names the step itself"))
+            elif dep not in ids:
+                issues.append(PlanIssue(step.id, f"depends_on names unknown step {dep!r}"))
+            else:
+                graph.add_edge(dep, step.id)
+    if not issues:
+        try:
+            cycle = nx.find_cycle(graph)
+        except nx.NetworkXNoCycle:
+            cycle = None
+        if cycle:
+            names = [edge[0] for edge in cycle] + [cycle[0][0]]
+            issues.append(PlanIssue(None, "the plan has a cycle: " + " -> ".join(names)))
+    if issues:
+        raise PlanValidationError(issues)
+    return ValidatedPlan(plan, graph)

@@ -1,0 +1,117 @@
+"""What a run returns: the plan, each step's outcome and attempt history, usage, answer.
+
+Everything here is JSON-serialisable through ``to_dict()`` so a service can log or
+return a run as it is.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from orchestration.protocol import StepError
+
+Layer = Literal[
+    "plan",  # parameters as the planner wrote them (layer 1)
+    "resilience",  # same parameters again after a transport fault
+    "validation_feedback",  # layer 3 corrected them
+    "semantic_retry",  # layer 4 re-resolved them
+    "transient_override",  # layer 4 declared the error transient
+]
+AttemptOutcome = Literal[
+    "succeeded",
+    "failed",  # the tool (or the transport) answered with an error
+    "invalid",  # pre-flight validation rejected the parameters; nothing was sent
+    "unbound",  # a reference could not be resolved; nothing was sent
+    "not_sent",  # a guard stopped the call (deadline, non-idempotent safety)
+]
+StepStatus = Literal["succeeded", "failed", "skipped"]
+RunStatus = Literal["succeeded", "partial", "failed"]
+
+
+class CoercionRecord(BaseModel):
+    """One change layer 2 made: where, from what, to what."""
+
+    path: str
+    old: Any
+    new: Any
+    rule: str = ""
+
+
+class Attempt(BaseModel):
+    """One try of one step: who produced the parameters, what was sent, what came back."""
+
+    number: int
+    layer: Layer
+    params: dict[str, Any] = Field(default_factory=dict)
+    outcome: AttemptOutcome
+    error: StepError | None = None
+    latency_s: float = 0.0
+    delay_s: float = 0.0
+    coercions: list[CoercionRecord] = Field(default_factory=list)
+    validation_errors: list[dict[str, Any]] = Field(default_factory=list)
+    analysis: str | None = None
+    note: str | None = None
+
+
+class StepResult(BaseModel):
+    """A step's final state. ``output`` is set when it succeeded, ``error`` when it failed."""
+
+    id: str
+    tool: str
+    capability: str
+    status: StepStatus
+    output: Any = None
+    error: StepError | None = None
+    skipped_reason: str | None = None
+    attempts: list[Attempt] = Field(default_factory=list)
+    started_at_s: float | None = None
+    duration_s: float = 0.0
+
+
+class RunUsage(BaseModel):
+    """Totals of one run; ``by_purpose`` splits LLM calls and tokens by why they were made."""
+
+    llm_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    wall_time_s: float = 0.0
+    by_purpose: dict[str, dict[str, int]] = Field(default_factory=dict)
+
+    def record_llm(self, purpose: str, input_tokens: int, output_tokens: int) -> None:
+        self.llm_calls += 1
+        self.input_tokens += input_tokens
+        self.output_tokens += output_tokens
+        slot = self.by_purpose.setdefault(
+            purpose, {"calls": 0, "input_tokens": 0, "output_tokens": 0}
+        )
+        slot["calls"] += 1
+        slot["input_tokens"] += input_tokens
+        slot["output_tokens"] += output_tokens
+
+
+class RunResult(BaseModel):
+    """The outcome of :meth:`Orchestrator.run`.
+
+    ``status`` is ``succeeded`` when every step succeeded, ``failed`` when planning failed
+    or no step succeeded, ``partial`` otherwise. ``error`` explains a run-level failure.
+    """
+
+    run_id: str
+    query: str
+    status: RunStatus
+    answer: str | None = None
+    plan: dict[str, Any] | None = None
+    steps: dict[str, StepResult] = Field(default_factory=dict)
+    usage: RunUsage = Field(default_factory=RunUsage)
+    error: str | None = None
+    warnings: list[str] = Field(default_factory=list)
+    trace_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def outputs(self) -> dict[str, Any]:
+        """Outputs of the succeeded steps, by step id."""
+        return {k: s.output for k, s in self.steps.items() if s.status == "succeeded"}

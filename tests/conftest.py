@@ -1,0 +1,36 @@
+"""Shared fixtures: the demo tools as real HTTP servers, fresh metric registries."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from orchestration import Catalog
+from orchestration.demo.tools import DemoTools, start_demo_tools
+from tests.llm_servers import anthropic_server, closed_port_url, openai_server  # noqa: F401
+
+
+@pytest.fixture(scope="session")
+def demo_tools_session() -> Iterator[DemoTools]:
+    with start_demo_tools() as tools:
+        yield tools
+
+
+@pytest.fixture
+def demo_tools(demo_tools_session: DemoTools) -> Iterator[DemoTools]:
+    """The running demo tools, with recorded requests and queued faults cleared."""
+    demo_tools_session.reset()
+    yield demo_tools_session
+    demo_tools_session.reset()
+
+
+@pytest.fixture
+def demo_catalog(demo_tools: DemoTools) -> Catalog:
+    return Catalog.from_dict(demo_tools.catalog_dict(), source="demo tools")
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()

@@ -1,0 +1,113 @@
+"""Plan parsing and DAG validation through the public API."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestration import Catalog, Plan, PlanParseError, PlanValidationError, validate_plan
+from planners import extract_json, parse_plan
+
+
+@pytest.fixture
+def catalog() -> Catalog:
+    cat = Catalog()
+    cat.add_function(lambda **kw: kw, tool="t", capability="a", input_schema={"type": "object"})
+    cat.add_function(lambda **kw: kw, tool="t", capability="b", input_schema={"type": "object"})
+    return cat
+
+
+def plan_of(*steps: dict) -> Plan:
+    return Plan.model_validate({"steps": list(steps)})
+
+
+def test_references_create_edges_and_depends_on_adds_ordering(catalog: Catalog) -> None:
+    vp = validate_plan(
+        plan_of(
+            {"id": "x", "tool": "t", "capability": "a"},
+            {"id": "y", "tool": "t", "capability": "b", "params": {"v": "{{x.items[0].v}}"}},
+            {"id": "z", "tool": "t", "capability": "a", "depends_on": ["y"]},
+        ),
+        catalog,
+    )
+    assert vp.dependencies("y") == ["x"]
+    assert vp.dependencies("z") == ["y"]
+    assert vp.ancestors("z") == {"x", "y"}
+    assert vp.order.index("x") < vp.order.index("y") < vp.order.index("z")
+
+
+def test_every_issue_is_reported_at_once(catalog: Catalog) -> None:
+    with pytest.raises(PlanValidationError) as info:
+        validate_plan(
+            plan_of(
+                {"id": "a", "tool": "nope", "capability": "a"},
+                {"id": "b", "tool": "t", "capability": "zzz"},
+                {"id": "c", "tool": "t", "capability": "a", "params": {"p": "{{ghost.x}}"}},
+                {"id": "d", "tool": "t", "capability": "a", "depends_on": ["missing"]},
+                {"id": "d", "tool": "t", "capability": "a"},
+                {"id": "e", "tool": "t", "capability": "a", "params": {"q": "{{ bad ref! }}"}},
+            ),
+            catalog,
+        )
+    text = str(info.value)
+    assert "unknown tool 'nope'" in text
+    assert "has no capability 'zzz'" in text and "it has: a, b" in text
+    assert "refers to unknown step 'ghost'" in text
+    assert "depends_on names unknown step 'missing'" in text
+    assert "duplicate step id" in text
+    assert "malformed reference" in text
+    assert {i.step_id for i in info.value.issues} >= {"a", "b", "c", "d", "e"}
+
+
+def test_cycle_is_named(catalog: Catalog) -> None:
+    with pytest.raises(PlanValidationError, match=r"cycle: (a -> b -> c -> a|b -> c -> a -> b|c -> a -> b -> c)"):
+        validate_plan(
+            plan_of(
+                {"id": "a", "tool": "t", "capability": "a", "params": {"v": "{{c.x}}"}},
+                {"id": "b", "tool": "t", "capability": "a", "depends_on": ["a"]},
+                {"id": "c", "tool": "t", "capability": "a", "params": {"v": "pre {{b.y}} post"}},
+            ),
+            catalog,
+        )
+
+
+def test_self_reference_and_size_limit(catalog: Catalog) -> None:
+    with pytest.raises(PlanValidationError, match="refers to its own step"):
+        validate_plan(plan_of({"id": "a", "tool": "t", "capability": "a",
+                               "params": {"v": "{{a.x}}"}}), catalog)
+    big = plan_of(*({"id": f"s{i}", "tool": "t", "capability": "a"} for i in range(11)))
+    with pytest.raises(PlanValidationError, match="11 steps; the limit is 10"):
+        validate_plan(big, catalog, max_steps=10)
+    with pytest.raises(PlanValidationError, match="no steps"):
+        validate_plan(plan_of(), catalog)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"steps": [{"id": "a", "tool": "t", "capability": "a", "params": {}}]}',
+        'Here is the plan:\n```json\n{"steps": [{"id": "a", "tool": "t", "capability": "a"}]}\n```\nDone.',
+        '[{"id": "a", "tool": "t", "capability": "a"}]',
+        'Sure! {"plan": {"steps": [{"id": "a", "tool": "t", "capability": "a"}]}} hope it helps',
+    ],
+)
+def test_parse_plan_tolerates_fences_and_prose(text: str) -> None:
+    assert [s.id for s in parse_plan(text).steps] == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("", "empty"),
+        ("no json here", "no JSON object"),
+        ('{"steps": [{"id": "a", "tool": "t"', "not valid JSON"),
+        ('{"steps": [{"id": "1bad", "tool": "t", "capability": "a"}]}', "steps.0.id"),
+        ('{"steps": "x"}', "steps"),
+    ],
+)
+def test_parse_plan_errors_name_the_problem(text: str, match: str) -> None:
+    with pytest.raises(PlanParseError, match=match):
+        parse_plan(text)
+
+
+def test_extract_json_skips_braces_in_prose() -> None:
+    assert extract_json('use {curly} braces: {"a": 1}') == {"a": 1}
