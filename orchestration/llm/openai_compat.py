@@ -1,0 +1,433 @@
+"""An LLM client for any OpenAI-compatible Chat Completions endpoint.
+
+One client covers OpenAI itself and the self-hosted servers that imitate it (vLLM,
+Ollama, llama.cpp, LM Studio, ...). Those servers differ mostly in how much of
+``response_format`` they understand, so the default ``structured_output="auto"`` asks
+for the strongest form (``json_schema``) and steps down to ``json_object`` and then to
+nothing when the server rejects it, remembering the step for later calls.
+
+The client never retries a failed call itself: the :class:`~orchestration.llm.gateway`
+does that with backoff and a budget. It only classifies every failure into an
+:class:`~orchestration.errors.LLMError` so the gateway can decide.
+
+The HTTP helpers at the bottom of this module (transport and status classification,
+redaction) are shared with :mod:`orchestration.llm.anthropic`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import httpx
+
+from orchestration.errors import LLMError, LLMErrorKind
+from orchestration.llm.base import LLMRequest, LLMResponse, TokenUsage
+from orchestration.llm.scripted import estimate_tokens
+from orchestration.protocol import parse_retry_after
+
+StructuredOutputMode = Literal["auto", "json_schema", "json_object", "none"]
+EffectiveStructuredOutput = Literal["json_schema", "json_object", "none"]
+
+# Strongest first: a downgrade only ever moves right in this list.
+_STRENGTH: tuple[EffectiveStructuredOutput, ...] = ("json_schema", "json_object", "none")
+
+_FINISH_REASONS = {
+    "stop": "stop",
+    "length": "length",
+    "content_filter": "content_filter",
+    "tool_calls": "stop",
+    "function_call": "stop",
+}
+
+# What a server that does not understand a response_format says about it.
+_RESPONSE_FORMAT_WORDS = ("response_format", "json_schema", "json_object")
+
+
+class OpenAICompatibleClient:
+    """Talks to ``{base_url}/chat/completions`` of an OpenAI-compatible server.
+
+    ``base_url`` includes the API version prefix, e.g. ``https://api.openai.com/v1`` or
+    ``http://127.0.0.1:11434/v1``. ``structured_output`` decides how a request's
+    ``response_schema`` is enforced: ``json_schema`` (the server constrains the answer
+    to the schema), ``json_object`` (any JSON object; the schema is only in the prompt),
+    ``none`` (prompt only), or ``auto`` (``json_schema``, stepping down on rejection;
+    :attr:`effective_structured_output` shows the mode currently in use).
+
+    ``http_client`` lets the caller share a connection pool; the client then leaves
+    closing it to the caller. ``timeout_s`` bounds one whole HTTP call.
+    """
+
+    provider = "openai"
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        timeout_s: float = 60.0,
+        structured_output: StructuredOutputMode = "auto",
+        http_client: httpx.AsyncClient | None = None,
+        extra_headers: dict[str, str] | None = None,
+    ) -> None:
+        if structured_output not in ("auto", *_STRENGTH):
+            raise ValueError(f"unknown structured_output mode {structured_output!r}")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.timeout_s = timeout_s
+        self.structured_output: StructuredOutputMode = structured_output
+        self.effective_structured_output: EffectiveStructuredOutput = (
+            "json_schema" if structured_output == "auto" else structured_output
+        )
+        self._api_key = api_key
+        self._extra_headers = dict(extra_headers or {})
+        self._owns_client = http_client is None
+        self._client = http_client or httpx.AsyncClient(timeout=timeout_s)
+
+    def __repr__(self) -> str:
+        # Written out so that the API key can never end up in a repr or a log line.
+        return (
+            f"OpenAICompatibleClient(base_url={self.base_url!r}, model={self.model!r}, "
+            f"structured_output={self.structured_output!r})"
+        )
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}/chat/completions"
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """Send one Chat Completions request; raise :class:`LLMError` on any failure."""
+        mode = self._mode_for(request)
+        while True:
+            response = await post_json(
+                self._client,
+                self.url,
+                payload=self._payload(request, mode),
+                headers=self._headers(),
+                timeout_s=self.timeout_s,
+                provider=self.provider,
+                secret=self._api_key,
+            )
+            if (
+                self.structured_output == "auto"
+                and mode != "none"
+                and _rejects_response_format(response)
+            ):
+                mode = _STRENGTH[_STRENGTH.index(mode) + 1]
+                self._downgrade(mode)
+                continue
+            if not response.is_success:
+                raise error_for_status(response, provider=self.provider, secret=self._api_key)
+            return self._parse(response, request)
+
+    async def aclose(self) -> None:
+        """Close the connection pool, unless the caller lent it to us."""
+        if self._owns_client:
+            await self._client.aclose()
+
+    # --- request ---------------------------------------------------------------------
+
+    def _mode_for(self, request: LLMRequest) -> EffectiveStructuredOutput:
+        if request.response_schema is None:
+            return "none"
+        if self.structured_output == "auto":
+            return self.effective_structured_output
+        return self.structured_output
+
+    def _downgrade(self, mode: EffectiveStructuredOutput) -> None:
+        # Concurrent requests may each discover the rejection; never step back up.
+        if _STRENGTH.index(mode) > _STRENGTH.index(self.effective_structured_output):
+            self.effective_structured_output = mode
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        headers.update(self._extra_headers)
+        return headers
+
+    def _payload(self, request: LLMRequest, mode: EffectiveStructuredOutput) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "messages": [dict(m) for m in request.messages],
+        }
+        if request.max_output_tokens is not None:
+            payload["max_tokens"] = request.max_output_tokens
+        if request.temperature is not None:
+            payload["temperature"] = request.temperature
+        if request.response_schema is not None:
+            if mode == "json_schema":
+                payload["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {
+                        "name": tool_name(request.schema_name),
+                        "schema": request.response_schema,
+                        # Strict mode demands a restricted schema dialect (every property
+                        # required, no additionalProperties); ours are ordinary schemas.
+                        "strict": False,
+                    },
+                }
+            elif mode == "json_object":
+                payload["response_format"] = {"type": "json_object"}
+        return payload
+
+    # --- response --------------------------------------------------------------------
+
+    def _parse(self, response: httpx.Response, request: LLMRequest) -> LLMResponse:
+        data = json_object_body(response, provider=self.provider, secret=self._api_key)
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise malformed(response, "answer has no choices", self.provider, self._api_key)
+        choice = choices[0]
+        message = choice.get("message")
+        if not isinstance(message, dict):
+            raise malformed(response, "first choice has no message", self.provider, self._api_key)
+
+        raw_finish = choice.get("finish_reason")
+        finish = raw_finish if isinstance(raw_finish, str) else None
+        finish = _FINISH_REASONS.get(finish, finish) if finish else None
+        content = _message_text(message)
+        if content is None:
+            refusal = message.get("refusal")
+            if isinstance(refusal, str) and refusal:
+                # Structured-output refusals come as a separate field with no content.
+                content, finish = refusal, "content_filter"
+            elif finish in ("content_filter", "length"):
+                # Filtered or cut off before any text: an empty answer, not a broken one.
+                content = ""
+            else:
+                raise malformed(
+                    response, "message has neither content nor tool_calls",
+                    self.provider, self._api_key,
+                )
+
+        # Some servers omit usage; an estimate keeps budgets and metrics meaningful.
+        usage = data.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
+        model = data.get("model")
+        return LLMResponse(
+            content=content,
+            finish_reason=finish,
+            usage=TokenUsage(
+                input_tokens=token_count(
+                    usage.get("prompt_tokens"), estimate_tokens(request.prompt_text)
+                ),
+                output_tokens=token_count(usage.get("completion_tokens"), estimate_tokens(content)),
+            ),
+            model=model if isinstance(model, str) and model else self.model,
+        )
+
+
+def _message_text(message: Mapping[str, Any]) -> str | None:
+    """The answer text of a message: its content, else the first tool call's arguments."""
+    content = message.get("content")
+    if isinstance(content, list):
+        # Some servers answer with content parts, like the ones a request may send.
+        parts = [p.get("text") for p in content if isinstance(p, dict)]
+        content = "".join(p for p in parts if isinstance(p, str))
+    if isinstance(content, str) and content:
+        return content
+    calls = message.get("tool_calls")
+    first = calls[0] if isinstance(calls, list) and calls else None
+    call = first.get("function") if isinstance(first, dict) else None
+    if call is None:
+        call = message.get("function_call")  # the pre-tools form of the same thing
+    arguments = call.get("arguments") if isinstance(call, dict) else None
+    if isinstance(arguments, str):
+        return arguments
+    if isinstance(arguments, dict | list):
+        return json.dumps(arguments)
+    return content if isinstance(content, str) else None
+
+
+def _rejects_response_format(response: httpx.Response) -> bool:
+    """Whether a 400/422 says the server does not support the ``response_format`` sent."""
+    if response.status_code not in (400, 422):
+        return False
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and error.get("param") == "response_format":
+            return True
+    # Match on the error message only: a server that echoes the request would otherwise
+    # make every 400 look like a response_format rejection.
+    text = (provider_error_message(response.text) or response.text).lower()
+    return any(word in text for word in _RESPONSE_FORMAT_WORDS)
+
+
+def token_count(value: Any, default: int) -> int:
+    """A provider-reported token count, or ``default`` when it is missing or nonsense."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return default
+
+
+# --- HTTP helpers shared by the provider clients ------------------------------------------
+
+RAW_BODY_LIMIT = 2000
+"""How much of a provider's body an :class:`LLMError` keeps in ``raw``."""
+
+_MIN_SECRET_LEN = 4
+
+
+def redact(text: str, secret: str | None) -> str:
+    """``text`` with every occurrence of ``secret`` replaced.
+
+    Some providers echo the key they received in their 401 message; that text goes into
+    exceptions, logs and the debug store, so it is scrubbed before it leaves the client.
+    """
+    if secret and len(secret) >= _MIN_SECRET_LEN:
+        return text.replace(secret, "[redacted]")
+    return text
+
+
+def truncate(text: str, limit: int = RAW_BODY_LIMIT) -> str:
+    return text if len(text) <= limit else text[:limit] + f"… [truncated {len(text) - limit} chars]"
+
+
+_NAME_INVALID = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def tool_name(name: str) -> str:
+    """``name`` made acceptable as a schema or tool name (``^[A-Za-z0-9_-]{1,64}$``).
+
+    Both providers reject other names with a 400, which would look like a model failure.
+    """
+    cleaned = _NAME_INVALID.sub("_", name)[:64]
+    return cleaned or "response"
+
+
+def provider_error_message(body_text: str) -> str | None:
+    """The human-readable message of a provider error body, in any of the usual shapes.
+
+    OpenAI and Anthropic nest it under ``error.message``; Ollama sends ``error`` as a
+    string; older vLLM puts ``message`` at the top level; FastAPI-based servers ``detail``.
+    """
+    try:
+        body = json.loads(body_text)
+    except ValueError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    error = body.get("error")
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return str(error["message"])
+    if isinstance(error, str):
+        return error
+    if isinstance(body.get("message"), str):
+        return str(body["message"])
+    detail = body.get("detail")
+    if isinstance(detail, str):
+        return detail
+    if detail is not None:
+        return json.dumps(detail)
+    return None
+
+
+async def post_json(
+    client: httpx.AsyncClient,
+    url: str,
+    *,
+    payload: dict[str, Any],
+    headers: Mapping[str, str],
+    timeout_s: float,
+    provider: str,
+    secret: str | None,
+) -> httpx.Response:
+    """POST ``payload`` and return the response whatever its status.
+
+    Transport failures become :class:`LLMError`. ``timeout_s`` is enforced both per
+    socket operation (httpx) and for the whole call, since a server that trickles bytes
+    would otherwise never trip a per-read timeout.
+    """
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await client.post(url, json=payload, headers=dict(headers), timeout=timeout_s)
+    except (httpx.TimeoutException, TimeoutError) as exc:
+        raise LLMError(
+            LLMErrorKind.TIMEOUT,
+            f"no answer from {url} within {timeout_s:g}s ({type(exc).__name__})",
+            provider=provider,
+        ) from exc
+    except httpx.ConnectError as exc:
+        raise LLMError(
+            LLMErrorKind.CONNECTION,
+            redact(f"cannot connect to {url}: {exc or type(exc).__name__}", secret),
+            provider=provider,
+        ) from exc
+    except (httpx.NetworkError, httpx.RemoteProtocolError, httpx.ProxyError) as exc:
+        # Connection reset, or closed before a complete answer arrived.
+        raise LLMError(
+            LLMErrorKind.CONNECTION,
+            redact(f"connection to {url} failed: {exc or type(exc).__name__}", secret),
+            provider=provider,
+        ) from exc
+    except httpx.HTTPError as exc:
+        # Bad URL scheme, local protocol misuse, ...: a configuration problem.
+        raise LLMError(
+            LLMErrorKind.OTHER,
+            redact(f"request to {url} failed: {type(exc).__name__}: {exc}", secret),
+            provider=provider,
+        ) from exc
+
+
+def error_for_status(response: httpx.Response, *, provider: str, secret: str | None) -> LLMError:
+    """Classify a non-2xx answer into an :class:`LLMError` carrying the provider's message."""
+    status = response.status_code
+    body = redact(response.text, secret)
+    message = provider_error_message(body) or (body.strip() and truncate(body.strip(), 300))
+    message = message or response.reason_phrase or "no error message"
+    raw = truncate(body)
+    if status == 429:
+        retry_after = parse_retry_after(response.headers.get("retry-after"))
+        if retry_after is None:
+            retry_after_ms = parse_retry_after(response.headers.get("retry-after-ms"))
+            retry_after = retry_after_ms / 1000 if retry_after_ms is not None else None
+        return LLMError(
+            LLMErrorKind.RATE_LIMIT, message, status=status, retry_after_s=retry_after,
+            provider=provider, raw=raw,
+        )
+    if status in (401, 403):
+        kind = LLMErrorKind.AUTH
+    elif status == 408:
+        kind = LLMErrorKind.TIMEOUT
+    elif status >= 500:  # includes Anthropic's 529 "overloaded"
+        kind = LLMErrorKind.SERVER
+    else:
+        kind = LLMErrorKind.OTHER
+    return LLMError(kind, message, status=status, provider=provider, raw=raw)
+
+
+def malformed(
+    response: httpx.Response, reason: str, provider: str, secret: str | None
+) -> LLMError:
+    """A 2xx answer that cannot be read; ``raw`` keeps the start of the body for debugging."""
+    return LLMError(
+        LLMErrorKind.MALFORMED,
+        reason,
+        status=response.status_code,
+        provider=provider,
+        raw=truncate(redact(response.text, secret)),
+    )
+
+
+def json_object_body(
+    response: httpx.Response, *, provider: str, secret: str | None
+) -> dict[str, Any]:
+    """The body of a 2xx answer as a JSON object, or a MALFORMED :class:`LLMError`."""
+    try:
+        data = response.json()
+    except ValueError:
+        content_type = response.headers.get("content-type", "no content type")
+        reason = f"answer is not JSON ({content_type})"
+        raise malformed(response, reason, provider, secret) from None
+    if not isinstance(data, dict):
+        raise malformed(response, "answer is not a JSON object", provider, secret)
+    return data
