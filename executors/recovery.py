@@ -75,6 +75,19 @@ class StepState:
 
 
 class RecoveryHandler(Protocol):
-    """Looks at a failed attempt and returns a decision, a give-up, or None (not mine)."""
+    """Looks at a failed attempt and returns a decision, a give-up, or None (not mine).
+
+    A handler may also define ``observe(state, attempt) -> None`` (sync); the step runner
+    calls it after every attempt, success included, so a layer can tell whether the
+    parameters it produced worked (its success/failure metrics and events).
+    """
 
     async def decide(self, state: StepState, error: StepError) -> Decision | GiveUp | None: ...
+
+
+def observe_attempt(handlers: list[RecoveryHandler], state: StepState, attempt: Attempt) -> None:
+    """Tell every handler that has an ``observe`` hook about a finished attempt."""
+    for handler in handlers:
+        hook = getattr(handler, "observe", None)
+        if hook is not None:
+            hook(state, attempt)

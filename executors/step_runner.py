@@ -18,7 +18,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from executors.binding import BindingFailure, bind_params
 from executors.prepared import CapabilityCache
-from executors.recovery import Decision, GiveUp, RecoveryHandler, StepState
+from executors.recovery import Decision, GiveUp, RecoveryHandler, StepState, observe_attempt
 from orchestration.catalog import Capability
 from orchestration.context import RunContext
 from orchestration.plan import ValidatedPlan
@@ -148,6 +148,7 @@ class StepRunner:
             attempt, output = await self._attempt(
                 state, params, layer, delay, analysis, note, deadline
             )
+            observe_attempt(self.handlers, state, attempt)
             if attempt.outcome == "succeeded":
                 return output, None
             assert attempt.error is not None
