@@ -44,10 +44,46 @@ def scripted_synthesis(request: LLMRequest) -> str:
     lines = []
     for entry in _results_block(request.prompt_text):
         if entry["status"] == "succeeded":
-            lines.append(f"{entry['step']}: {entry['output']}")
+            output = entry["output"]
+            lines.append(f"{entry['step']}: {output[:160]}{'…' if len(output) > 160 else ''}")
         else:
             lines.append(f"{entry['step']}: {entry['status']} ({entry.get('error') or entry.get('reason')})")
     return "Scripted summary of the tool results:\n" + "\n".join(lines)
+
+
+def _block(prompt: str, label: str) -> Any:
+    """The JSON inside a ``<<<LABEL ... LABEL>>>`` data block of a layer prompt."""
+    tag = label.upper().replace(" ", "_")
+    match = re.search(rf"<<<{tag}\n(.*?)\n{tag}>>>", prompt, re.S)
+    return json.loads(match.group(1)) if match else None
+
+
+def scripted_validation_fix(request: LLMRequest) -> dict[str, Any]:
+    """Layer 3 as a careful model would answer, computed from the prompt alone.
+
+    It reads the failed parameters and the validation errors, and fixes what the schema
+    itself explains: a value above a ``maximum`` is set to that maximum, a currency
+    written as a word is mapped to its ISO code. Anything else: cannot fix.
+    """
+    params = dict(_block(request.prompt_text, "failed parameters") or {})
+    errors = _block(request.prompt_text, "validation errors") or []
+    words = {"euro": "EUR", "euros": "EUR", "dollar": "USD", "dollars": "USD",
+             "pound": "GBP", "pounds": "GBP", "yen": "JPY", "franc": "CHF"}
+    notes = []
+    for err in errors if isinstance(errors, list) else []:
+        field_name = str(err.get("path", "")).removeprefix("$.")
+        message = str(err.get("message", ""))
+        maximum = re.search(r"greater than the maximum of (\d+)", message)
+        if maximum and field_name in params:
+            params[field_name] = int(maximum.group(1))
+            notes.append(f"{field_name} capped at its maximum {maximum.group(1)}")
+        elif "is not one of" in message and str(params.get(field_name, "")).lower() in words:
+            params[field_name] = words[str(params[field_name]).lower()]
+            notes.append(f"{field_name} mapped to ISO code {params[field_name]}")
+    if not notes:
+        return {"can_fix": False, "analysis": "the error does not say what the value should be",
+                "corrected_parameters": {}}
+    return {"can_fix": True, "analysis": "; ".join(notes), "corrected_parameters": params}
 
 
 def scenarios() -> list[Scenario]:
@@ -80,6 +116,32 @@ def scenarios() -> list[Scenario]:
                  "params": {"amount": "{{msft.price}}", "from": "USD", "to": "GBP"}},
                 {"id": "usd_eur", "tool": "currency", "capability": "convert",
                  "params": {"amount": 250, "from": "USD", "to": "EUR"}},
+            ]},
+        ),
+        Scenario(
+            name="layer2",
+            query="Weather in Tokyo for 3 days, in Celsius",
+            shows="layer 2: the planner wrote numbers as strings and an enum in the wrong case; "
+            "coercion fixes them for free before the call (no LLM call)",
+            plan={"steps": [
+                {"id": "forecast", "tool": "weather", "capability": "forecast",
+                 "params": {"lat": "35.6897", "lon": " 139.6917 ", "days": "3",
+                            "units": "CELSIUS"}},
+            ]},
+        ),
+        Scenario(
+            name="layer3",
+            query="Give me the 10-day forecast for Sydney and convert 50 dollars to euros",
+            shows="layer 3: values the schema rejects (days above its maximum, a currency "
+            "written as a word) are never sent; the LLM corrects them from the exact errors",
+            responders={"validation_feedback": scripted_validation_fix},
+            plan={"steps": [
+                {"id": "geo", "tool": "weather", "capability": "geocode",
+                 "params": {"location": "Sydney"}},
+                {"id": "forecast", "tool": "weather", "capability": "forecast",
+                 "params": {"lat": "{{geo.lat}}", "lon": "{{geo.lon}}", "days": 10}},
+                {"id": "convert", "tool": "currency", "capability": "convert",
+                 "params": {"amount": 50, "from": "dollars", "to": "euro"}},
             ]},
         ),
         Scenario(
