@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Final
 import referencing
 import referencing.exceptions
 import referencing.jsonschema
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import UnknownType
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
@@ -174,8 +174,16 @@ class Coercer:
     (caches are keyed by the identity of its sub-schemas).
     """
 
-    def __init__(self, schema: Mapping[str, Any] | bool) -> None:
+    def __init__(
+        self, schema: Mapping[str, Any] | bool, *, format_checker: FormatChecker | None = None
+    ) -> None:
         """Prepare coercion to ``schema``.
+
+        ``format_checker`` should be the one the later validation uses, so that
+        "already valid" means the same here and there (e.g. an anyOf branch
+        ``{"type": "string", "format": "date"}`` does not count as satisfied
+        by ``"5"`` when formats are asserted).  Default: formats are not
+        asserted, as in plain JSON Schema validation.
 
         Raises :class:`jsonschema.exceptions.SchemaError` if the schema is not
         valid for its draft (``$schema``; Draft 2020-12 when absent).
@@ -197,7 +205,9 @@ class Coercer:
             referencing.Registry().with_resource(root_uri, resource).crawl()
         )
         self._resolver: _Resolver = registry.resolver(base_uri=root_uri)
-        self._validator: Validator = validator_cls(schema, registry=registry)
+        self._validator: Validator = validator_cls(
+            schema, registry=registry, format_checker=format_checker
+        )
         self._type_checker = validator_cls.TYPE_CHECKER
         keywords = validator_cls.VALIDATORS
         # Draft 2020-12 split "items" into prefixItems + items; older drafts
@@ -219,8 +229,7 @@ class Coercer:
         (possible only when called from an already very deep stack), the value
         is returned unchanged for validation to judge.
         """
-        if self._check(value, self._schema, self._resolver) is True:
-            return CoercionResult(value, [])
+        # _walk starts with the "already valid" check against the whole schema.
         changes: list[CoercionChange] = []
         try:
             new = self._walk(value, self._schema, self._resolver, "$", 0, frozenset(), changes)
@@ -361,7 +370,7 @@ class Coercer:
         schema, say) one rule can undo another.  Reporting such a round trip
         would break idempotence and say something changed when it did not.
         """
-        if current is not original and _same_json(current, original):
+        if len(changes) > start and _same_json(current, original):
             del changes[start:]
             return original
         return current
@@ -385,10 +394,17 @@ class Coercer:
         coerced value, nothing is changed; a half-coerced value matching no
         branch would only make the validation error harder to read.  For
         oneOf (``exclusive``) a candidate that also satisfies another branch
-        is skipped too, since it would still fail the oneOf.
+        is skipped too, since it would still fail the oneOf; for the same
+        reason a value that already satisfies two or more oneOf branches is
+        not "already valid".
         """
         entered = [(branch, self._enter(branch, resolver)) for branch in branches]
-        if any(self._check(value, branch, r) is not False for branch, r in entered):
+        verdicts = [self._check(value, branch, r) for branch, r in entered]
+        if None in verdicts:
+            return value
+        # A value matching two oneOf branches fails the oneOf, so only there
+        # is a value that already satisfies a branch worth coercing further.
+        if (verdicts.count(True) == 1) if exclusive else (True in verdicts):
             return value
         for index, (branch, branch_resolver) in enumerate(entered):
             local: list[CoercionChange] = []
@@ -612,7 +628,8 @@ def _child_path(path: str, name: Any) -> str:
     """``$.a`` for identifier-like keys, ``$["a b"]`` for anything else."""
     if isinstance(name, str) and _IDENTIFIER.fullmatch(name):
         return f"{path}.{name}"
-    return f"{path}[{json.dumps(name, ensure_ascii=False)}]"
+    key = name if isinstance(name, str) else str(name)
+    return f"{path}[{json.dumps(key, ensure_ascii=False)}]"
 
 
 def _type_names(schema: Mapping[str, Any]) -> list[str]:

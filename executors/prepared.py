@@ -43,7 +43,7 @@ class PreparedCapability:
         schema = capability.input_schema
         cls = validator_for(schema, default=jsonschema.Draft202012Validator)
         self.validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
-        self.coercer = Coercer(schema)
+        self.coercer = Coercer(schema, format_checker=cls.FORMAT_CHECKER)
 
     def validate(self, params: Any) -> list[ValidationIssue]:
         """Every violation of the input schema (not just the first), sorted by path."""
