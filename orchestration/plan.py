@@ -93,6 +93,11 @@ class Step(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
     depends_on: list[str] = Field(default_factory=list)
     description: str | None = None
+    retry: dict[str, Any] | None = Field(
+        default=None,
+        description="Per-call overrides of the retry policy (most specific wins over the "
+        "capability's and the global settings), e.g. {'max_attempts': 5}.",
+    )
 
     def references(self) -> list[tuple[str, Reference]]:
         return find_references(self.params)

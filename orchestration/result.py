@@ -10,7 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from orchestration.protocol import StepError
+from orchestration.errors import DagwrightError, RetryExhausted, StepFailed
+from orchestration.protocol import ErrorCategory, StepError
 
 Layer = Literal[
     "plan",  # parameters as the planner wrote them (layer 1)
@@ -69,6 +70,38 @@ class StepResult(BaseModel):
     started_at_s: float | None = None
     duration_s: float = 0.0
 
+    def raise_for_status(self) -> None:
+        """Raise if the step did not succeed; do nothing if it did.
+
+        A failed step that was retried raises :class:`RetryExhausted`, a step that failed
+        on its only attempt :class:`StepFailed`; both carry every attempt (layer,
+        parameters, error, delay, analysis), and the message names what stopped the retries
+        (``details["gave_up"]``: a cap, a give-up reason). A skipped step raises
+        :class:`StepFailed` naming the upstream failure.
+        """
+        if self.status == "succeeded":
+            return
+        if self.status == "skipped" or self.error is None:
+            raise StepFailed(
+                StepError(
+                    category=ErrorCategory.BINDING_ERROR,
+                    code="UPSTREAM_FAILED",
+                    message=self.skipped_reason or f"step {self.id!r} did not run",
+                    retryable=False,
+                    request_sent=False,
+                    step_id=self.id,
+                    tool=self.tool,
+                    capability=self.capability,
+                ),
+                self.attempts,
+            )
+        exc_type = RetryExhausted if len(self.attempts) > 1 else StepFailed
+        exc = exc_type(self.error, self.attempts)
+        gave_up = self.error.details.get("gave_up")
+        if gave_up:
+            exc.args = (f"{self.error.describe()} (stopped: {gave_up})",)
+        raise exc
+
 
 class RunUsage(BaseModel):
     """Totals of one run; ``by_purpose`` splits LLM calls and tokens by why they were made."""
@@ -111,6 +144,19 @@ class RunResult(BaseModel):
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
+
+    def raise_for_status(self) -> None:
+        """Raise for the first failed step of ``steps`` (see
+        :meth:`StepResult.raise_for_status`), or :class:`DagwrightError` with the run's error
+        when it failed before any step ran (planning); do nothing when every step succeeded."""
+        if self.status == "succeeded":
+            return
+        for step in self.steps.values():
+            if step.status == "failed":
+                step.raise_for_status()
+        for step in self.steps.values():
+            step.raise_for_status()
+        raise DagwrightError(self.error or f"run {self.run_id} {self.status}")
 
     def outputs(self) -> dict[str, Any]:
         """Outputs of the succeeded steps, by step id."""

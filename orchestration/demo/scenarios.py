@@ -87,7 +87,13 @@ def scripted_validation_fix(request: LLMRequest) -> dict[str, Any]:
 
 
 def scenarios() -> list[Scenario]:
-    """The demo scenarios, in the order they run."""
+    """The demo scenarios, in the order they run: the engine, layers 2-3, layer 4."""
+    from orchestration.demo.scenarios_layer4 import layer4_scenarios
+
+    return [*_base_scenarios(), *layer4_scenarios()]
+
+
+def _base_scenarios() -> list[Scenario]:
     return [
         Scenario(
             name="weather",
