@@ -22,8 +22,9 @@ import yaml
 from jsonschema.validators import validator_for
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from orchestration.errors import CatalogError
+from orchestration.errors import CatalogError, ConfigError
 
+_TOOL_DEFAULTS = ("timeout_s", "headers", "retry", "layers")
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 _NAME = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -126,6 +127,13 @@ class Catalog:
         if key in self._caps and not replace:
             raise CatalogError(f"capability {capability.key!r} is defined twice")
         check_schema(capability.input_schema, f"capability {capability.key!r}")
+        if capability.retry:
+            from orchestration.retry_policy import check_overrides
+
+            try:
+                check_overrides(capability.retry, source=f"capability {capability.key!r}")
+            except ConfigError as exc:
+                raise CatalogError(str(exc)) from exc
         if capability.output_schema is not None:
             check_schema(capability.output_schema, f"capability {capability.key!r} output")
         self._caps[key] = capability
@@ -219,7 +227,9 @@ class Catalog:
             where = f"{source}: tool {name!r}"
             catalog.describe_tool(name, str(tool.get("description", "")))
             base_url = _expand_env(str(tool["base_url"])).rstrip("/") if tool.get("base_url") else None
-            defaults = {k: tool[k] for k in ("timeout_s", "headers") if k in tool}
+            # tool-level defaults; dict-valued ones (retry, layers, headers) are merged
+            # key by key with the capability's, which wins
+            defaults = {k: tool[k] for k in _TOOL_DEFAULTS if k in tool}
             caps = tool.get("capabilities")
             if not isinstance(caps, list) or not caps:
                 raise CatalogError(f"{where}: needs a non-empty 'capabilities' list")
@@ -227,6 +237,9 @@ class Catalog:
                 if not isinstance(raw, Mapping) or not isinstance(raw.get("name"), str):
                     raise CatalogError(f"{where}: capabilities[{c_index}] needs a 'name'")
                 fields = {**defaults, **{k: v for k, v in raw.items() if k != "path"}}
+                for key in ("retry", "layers", "headers"):
+                    if isinstance(defaults.get(key), Mapping) and isinstance(raw.get(key), Mapping):
+                        fields[key] = {**defaults[key], **raw[key]}
                 if "url" in fields:
                     fields["url"] = _expand_env(str(fields["url"]))
                 elif "path" in raw:

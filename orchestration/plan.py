@@ -18,7 +18,8 @@ import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestration.catalog import Catalog
-from orchestration.errors import CatalogError, PlanIssue, PlanValidationError
+from orchestration.errors import CatalogError, ConfigError, PlanIssue, PlanValidationError
+from orchestration.retry_policy import check_overrides
 
 STEP_ID_PATTERN = r"[A-Za-z_][A-Za-z0-9_-]*"
 _SEGMENT = r"(?:\.[A-Za-z0-9_-]+|\[\d+\])"
@@ -196,6 +197,11 @@ def validate_plan(plan: Plan, catalog: Catalog, *, max_steps: int = 1000) -> Val
                 )
             else:
                 graph.add_edge(ref.step_id, step.id)
+        if step.retry:
+            try:
+                check_overrides(step.retry, source="retry")
+            except ConfigError as exc:
+                issues.append(PlanIssue(step.id, str(exc)))
         for dep in step.depends_on:
             if dep == step.id:
                 issues.append(PlanIssue(step.id, "depends_on names the step itself"))

@@ -111,3 +111,9 @@ def test_parse_plan_errors_name_the_problem(text: str, match: str) -> None:
 
 def test_extract_json_skips_braces_in_prose() -> None:
     assert extract_json('use {curly} braces: {"a": 1}') == {"a": 1}
+
+
+def test_bad_per_step_retry_override_is_a_plan_issue(catalog: Catalog) -> None:
+    with pytest.raises(PlanValidationError, match=r"step 'a': retry: unknown retry setting\(s\) 'max_tries'"):
+        validate_plan(plan_of({"id": "a", "tool": "t", "capability": "a",
+                               "retry": {"max_tries": 3}}), catalog)

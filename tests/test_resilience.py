@@ -12,7 +12,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
-from executors.retry_policy import RetryPolicy, policy_for
 from orchestration import (
     Catalog,
     ConfigError,
@@ -25,6 +24,7 @@ from orchestration import (
 )
 from orchestration.clock import ManualClock
 from orchestration.demo.tools import DemoTools, Drop, Hang, ServiceUnavailable, Status
+from orchestration.retry_policy import RetryPolicy, policy_for
 
 QUOTE = {"steps": [{"id": "q", "tool": "stocks", "capability": "quote",
                     "params": {"symbol": "MSFT"}}]}
@@ -128,14 +128,14 @@ def test_capability_and_step_overrides_drive_the_real_retries(
     assert len(demo_tools["stocks"].requests_to("/quote")) == 2
 
 
-def test_invalid_call_override_fails_the_step_with_a_clear_reason(
+def test_invalid_call_override_is_rejected_before_anything_runs(
     demo_tools: DemoTools, demo_catalog: Catalog, registry: CollectorRegistry,
 ) -> None:
-    demo_tools["stocks"].inject("/quote", Status(500, "boom"))
     plan = {"steps": [{**QUOTE["steps"][0], "retry": {"attempts": 3}}]}
     result = run(demo_catalog, plan, registry, ManualClock())
-    reason = result.steps["q"].error.details["gave_up"]
-    assert "step 'q' (stocks.quote) retry overrides: unknown retry setting(s) 'attempts'" in reason
+    assert result.status == "failed" and result.steps == {}
+    assert "step 'q': retry: unknown retry setting(s) 'attempts'" in (result.error or "")
+    assert demo_tools["stocks"].requests_to("/quote") == []
 
 
 def test_seeded_jitter_gives_the_same_waits_on_every_run(

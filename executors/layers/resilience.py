@@ -22,11 +22,11 @@ from __future__ import annotations
 from opentelemetry import trace
 
 from executors.recovery import Decision, GiveUp, StepState
-from executors.retry_policy import RetryPolicy, policy_for, retry_key
 from orchestration.catalog import Capability
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import ConfigError
 from orchestration.protocol import ErrorCategory, StepError
+from orchestration.retry_policy import RetryPolicy, policy_for, retry_key
 from orchestration.telemetry import tracing as attr
 
 COUNTER = "resilience"

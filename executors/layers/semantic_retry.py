@@ -40,13 +40,13 @@ from executors.layers.resilience import (
     resend_blocked,
 )
 from executors.recovery import Decision, GiveUp, StepState
-from executors.retry_policy import policy_for, retry_key
 from executors.step_runner import layer_setting
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import ConfigError, LLMBudgetExceeded, LLMError
 from orchestration.llm.base import LLMRequest
 from orchestration.protocol import ErrorCategory, StepError
 from orchestration.result import Attempt
+from orchestration.retry_policy import policy_for, retry_key
 from orchestration.telemetry import tracing as attr
 
 PURPOSE = "semantic_retry"

@@ -13,14 +13,16 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from orchestration.catalog import Capability
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import ConfigError
-from orchestration.plan import Step
+
+if TYPE_CHECKING:  # the catalog and plans validate their overrides with this module
+    from orchestration.catalog import Capability
+    from orchestration.plan import Step
 
 Backoff = Literal["constant", "linear", "exponential"]
 
@@ -130,6 +132,12 @@ def policy_for(
             step.retry, source=f"step {step.id!r} ({capability.key}) retry overrides"
         )
     return policy
+
+
+def check_overrides(overrides: Mapping[str, Any], *, source: str) -> None:
+    """Raise :class:`ConfigError` naming ``source`` if ``overrides`` is not a valid
+    partial retry policy; the catalog and plan validation call this at load time."""
+    RetryPolicy().with_overrides(overrides, source=source)
 
 
 def retry_key(step: Step) -> str:
