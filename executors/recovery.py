@@ -63,10 +63,12 @@ class StepState:
 
     def dependency_outputs(self) -> dict[str, Any]:
         """Outputs of the steps this one depends on, direct and transitive."""
+        # ancestors() rather than the plan's own order: a repair plan's steps depend on
+        # steps completed in an earlier round, which are not part of its order
         return {
             sid: self.ctx.outputs[sid]
-            for sid in self.plan.order
-            if sid in self.plan.ancestors(self.step.id) and sid in self.ctx.outputs
+            for sid in sorted(self.plan.ancestors(self.step.id))
+            if sid in self.ctx.outputs
         }
 
     @property

@@ -52,7 +52,11 @@ class PlanValidationError(DagwrightError):
         super().__init__("invalid plan: " + "; ".join(str(i) for i in issues))
 
 
-class PlanParseError(DagwrightError):
+class MalformedAnswer(DagwrightError, ValueError):
+    """An LLM answer holds no readable JSON (or not the JSON shape that was asked for)."""
+
+
+class PlanParseError(MalformedAnswer):
     """The planner's output could not be read as a plan (not JSON, wrong shape)."""
 
 

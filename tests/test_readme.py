@@ -16,7 +16,7 @@ def test_tour_runs_and_its_comments_hold(monkeypatch: pytest.MonkeyPatch) -> Non
     assert code, "README has no python tour"
     monkeypatch.chdir(ROOT)
     namespace: dict[str, object] = {}
-    exec(compile(code.group(1), "README.md", "exec"), namespace)  # noqa: S102
+    exec(compile(code.group(1), "README.md", "exec"), namespace)
     result = namespace["result"]
     assert result.status == "succeeded"  # type: ignore[attr-defined]
     assert result.answer == "2 + 3 = 5"  # type: ignore[attr-defined]

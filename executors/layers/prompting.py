@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from planners.parsing import extract_json
+from orchestration.errors import MalformedAnswer
+from orchestration.llm.answers import extract_json
 
 
 def clip(text: str, limit: int) -> str:
@@ -37,7 +38,7 @@ def parse_json_object(text: str) -> dict[str, Any]:
     """The JSON object in an LLM answer; raises ``ValueError`` saying what is wrong."""
     try:
         value = extract_json(text)
-    except Exception as exc:  # PlanParseError carries the decoder's message
+    except MalformedAnswer as exc:
         raise ValueError(str(exc)) from exc
     if not isinstance(value, dict):
         raise ValueError(f"expected a JSON object, got {type(value).__name__}")
