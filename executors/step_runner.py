@@ -71,6 +71,8 @@ class StepRunner:
             attr.RUN_ID: self.ctx.run_id,
             attr.STEP_ID: step_id,
             attr.CAPABILITY: capability.key,
+            attr.TOOL: capability.tool,
+            attr.GEN_AI_TOOL_TYPE: "function" if capability.function is not None else "extension",
         }
         with tracer.start_as_current_span(
             f"execute_tool {capability.key}", attributes=span_attrs
@@ -96,6 +98,9 @@ class StepRunner:
                 span.set_status(Status(StatusCode.ERROR, error.describe()))
                 span.set_attribute("error.type", error.category.value)
             span.set_attribute(attr.ATTEMPT, len(state.attempts))
+            span.set_attribute(attr.STEP_STATUS, "succeeded" if error is None else "failed")
+            if state.attempts:
+                span.set_attribute(attr.LAYER, state.attempts[-1].layer)
         duration = loop.time() - started
         status = "succeeded" if error is None else "failed"
         metrics = self.ctx.telemetry.metrics
@@ -233,8 +238,9 @@ class StepRunner:
         with ctx.telemetry.tracer.start_as_current_span(
             f"tool_call {cap.key}",
             kind=SpanKind.CLIENT,
-            attributes={attr.GEN_AI_TOOL_NAME: cap.key, attr.STEP_ID: state.step.id,
-                        attr.LAYER: layer, attr.ATTEMPT: number},
+            attributes={attr.GEN_AI_TOOL_NAME: cap.key, attr.RUN_ID: ctx.run_id,
+                        attr.STEP_ID: state.step.id, attr.CAPABILITY: cap.key,
+                        attr.LAYER: layer, attr.ATTEMPT: number, **attr.endpoint_attributes(cap)},
         ) as span:
             headers: dict[str, str] = {}
             if cap.function is None:

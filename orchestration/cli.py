@@ -65,6 +65,8 @@ def render_result(result: RunResult, out: TextIO) -> None:
             out.write(f"      output: {json.dumps(step.output)[:300]}\n")
         if step.skipped_reason:
             out.write(f"      skipped: {step.skipped_reason}\n")
+        if step.error is not None and step.error.details.get("gave_up"):
+            out.write(f"      stopped: {step.error.details['gave_up']}\n")
     u = result.usage
     out.write(f"  status: {result.status} | LLM calls: {u.llm_calls} "
               f"(tokens in/out {u.input_tokens}/{u.output_tokens}) | {u.wall_time_s * 1000:.0f} ms\n")
@@ -117,13 +119,52 @@ def _orchestrator_from_env() -> Orchestrator:
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
-    orch = _orchestrator_from_env()
-    result = orch.run(args.query)
+    from orchestration.logging_setup import configure_logging
+    from orchestration.telemetry import serve_metrics
+    from orchestration.telemetry.exporters import tracer_provider_from_config
+
+    config = OrchestratorConfig()
+    configure_logging(config)
+    provider = tracer_provider_from_config(config)
+    port = args.metrics_port if args.metrics_port is not None else config.metrics_port
+    metrics_server = serve_metrics(port) if port is not None else None
+    try:
+        orch = Orchestrator.from_env(config=config, tracer_provider=provider)
+        result = orch.run(args.query)
+    finally:
+        if provider is not None:
+            provider.shutdown()  # flush batched spans before the process ends
+        if metrics_server is not None:
+            metrics_server.close()
     if args.json:
         out.write(json.dumps(result.to_dict(), indent=2) + "\n")
     else:
         render_result(result, out)
     return 0 if result.status == "succeeded" else 1
+
+
+def cmd_debug(args: argparse.Namespace, out: TextIO) -> int:
+    from pathlib import Path
+
+    from orchestration.debug_store import read_run, render_run
+
+    path = Path(args.path) if args.path else OrchestratorConfig().llm_debug_path
+    if not path.exists() and not path.with_name(path.name + ".1").exists():
+        raise DagwrightError(f"no LLM debug store at {path} (set ORCH_LLM_DEBUG_ENABLED=true "
+                             "before the run, or pass --path)")
+    try:
+        records = read_run(path, args.run_id)
+    except ValueError as exc:
+        raise DagwrightError(str(exc)) from exc
+    if not records:
+        print(f"dagwright: no LLM exchanges of run {args.run_id!r} in {path}", file=sys.stderr)
+        return 1
+    if args.json:
+        for record in records:
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    else:
+        out.write(render_run(records, full=not args.brief))
+    return 0
 
 
 def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
@@ -169,6 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="plan and run one query with the configured LLM")
     run.add_argument("query")
     run.add_argument("--json", action="store_true", help="print the RunResult as JSON")
+    run.add_argument("--metrics-port", type=int, default=None,
+                     help="serve Prometheus /metrics on this port during the run "
+                     "(default: ORCH_METRICS_PORT)")
     run.set_defaults(fn=cmd_run)
     plan = sub.add_parser("plan", help="print the plan of a query without executing it")
     plan.add_argument("query")
@@ -177,6 +221,13 @@ def build_parser() -> argparse.ArgumentParser:
     tools = sub.add_parser("tools", help="list the catalog")
     tools.add_argument("--catalog", help="catalog file (default: ORCH_CATALOG)")
     tools.set_defaults(fn=cmd_tools)
+    debug = sub.add_parser("debug", help="show one run's LLM prompts and answers from the "
+                           "debug store (ORCH_LLM_DEBUG_ENABLED)")
+    debug.add_argument("run_id", help="the run id (or a unique prefix of it)")
+    debug.add_argument("--path", help="debug store file (default: ORCH_LLM_DEBUG_PATH)")
+    debug.add_argument("--json", action="store_true", help="print the raw JSONL records")
+    debug.add_argument("--brief", action="store_true", help="cut each message to 500 chars")
+    debug.set_defaults(fn=cmd_debug)
     config = sub.add_parser("config", help="print the effective ORCH_* settings (secrets masked)")
     config.set_defaults(fn=cmd_config)
     serve = sub.add_parser("serve-tools", help="serve the demo tools on fixed ports until Ctrl-C")

@@ -63,6 +63,17 @@ class OrchestratorConfig(BaseSettings):
     max_plan_steps: int = Field(1000, ge=1, description="Largest plan accepted.")
     prompt_type_guidance: bool = Field(True, description="Layer 1: typed signatures in prompts.")
     synthesis_enabled: bool = Field(True, description="Compose a final answer with the LLM.")
+    planner_prompt_budget_chars: int = Field(
+        24_000, ge=2000,
+        description="Largest first planner prompt (system + user, in characters); a larger "
+        "catalog is cut to the capabilities most relevant to the query (BM25).",
+    )
+    planner_max_capabilities: int | None = Field(
+        None, ge=1, description="Most capabilities shown to the planner (unset: budget only)."
+    )
+    replan_max: int = Field(
+        0, ge=0, description="Repair plans asked after steps fail for good (0 = no replanning)."
+    )
 
     # --- execution ----------------------------------------------------------------
     max_concurrency: int = Field(8, ge=1, description="Steps in flight at once per run.")
@@ -127,6 +138,10 @@ class OrchestratorConfig(BaseSettings):
     )
     redact_patterns: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Extra regexes whose matches are redacted."
+    )
+    llm_debug_max_file_bytes: int = Field(
+        50_000_000, ge=10_000,
+        description="The debug store rotates its file at this size (one old file kept).",
     )
 
     @field_validator("validation_error_patterns", "redact_patterns", mode="before")

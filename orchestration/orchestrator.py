@@ -21,17 +21,22 @@ from orchestration.catalog import Catalog
 from orchestration.clock import Clock
 from orchestration.config import OrchestratorConfig
 from orchestration.context import RunContext
+from orchestration.debug_store import LLMDebugStore
 from orchestration.errors import ConfigError, LLMError, PlanningError, PlanValidationError
 from orchestration.llm.base import LLMClient
 from orchestration.llm.factory import client_from_config
-from orchestration.llm.gateway import LLMGateway
+from orchestration.llm.gateway import DebugRecorder, LLMGateway
+from orchestration.logging_setup import get_logger, log_context
 from orchestration.plan import Plan, ValidatedPlan, validate_plan
+from orchestration.redaction import Redactor
 from orchestration.result import RunResult, RunStatus, RunUsage, StepResult
 from orchestration.synthesis import synthesize
 from orchestration.telemetry import Telemetry
 from orchestration.telemetry import tracing as attr
 from orchestration.transport import ToolTransport
 from planners.planner import Planner
+
+log = get_logger("dagwright.run")
 
 
 def run_status(steps: dict[str, StepResult]) -> RunStatus:
@@ -68,6 +73,8 @@ class Orchestrator:
         self.catalog = catalog
         self.llm = llm if llm is not None else client_from_config(self.config)
         self.telemetry = Telemetry.create(tracer_provider, registry)
+        self.redactor = Redactor.from_config(self.config, catalog)
+        self.debug_store = LLMDebugStore.from_config(self.config, self.redactor)
         self.clock = clock or Clock()
         self.planner = planner or Planner()
         self.executor = Executor(handlers if handlers is not None else default_handlers(self.config))
@@ -110,20 +117,27 @@ class Orchestrator:
                 max_calls=self.config.max_llm_calls_per_run,
                 max_retries=self.config.llm_max_retries,
                 retry_after_cap_s=self.config.retry_after_cap_s, clock=self.clock,
+                debug_recorder=self._debug_recorder(),
             ),
             telemetry=self.telemetry, transport=self._transport(), clock=self.clock,
             usage=usage, run_deadline=loop.time() + self.config.run_timeout_s,
         )
-        with self.telemetry.tracer.start_as_current_span(
-            "invoke_agent dagwright",
-            attributes={attr.GEN_AI_OPERATION: "invoke_agent", attr.RUN_ID: run_id},
-        ) as span:
+        with (
+            log_context(run_id=run_id, redactor=self.redactor),
+            self.telemetry.tracer.start_as_current_span(
+                "invoke_agent dagwright",
+                attributes={attr.GEN_AI_OPERATION: "invoke_agent",
+                            attr.GEN_AI_AGENT_NAME: "dagwright", attr.RUN_ID: run_id},
+            ) as span,
+        ):
             trace_id = span.get_span_context().trace_id
+            log.info("run started", extra={"planned_by": "caller" if plan is not None else "llm"})
             result = await self._run(ctx, plan)
             result.trace_id = f"{trace_id:032x}" if trace_id else None
             span.set_attribute("dagwright.run.status", result.status)
             if result.status != "succeeded":
                 span.set_status(Status(StatusCode.ERROR, result.error or result.status))
+            _log_run_end(result, time.perf_counter() - started)
         result.usage.wall_time_s = time.perf_counter() - started
         metrics = self.telemetry.metrics
         metrics.runs.labels(result.status).inc()
@@ -142,19 +156,77 @@ class Orchestrator:
         except PlanValidationError as exc:
             return failed(str(exc))
         steps = await self.executor.execute(validated, ctx)
+        plan_dict, status, superseded = validated.to_dict(), run_status(steps), set[str]()
+        if self.config.replan_max > 0 and any(s.status == "failed" for s in steps.values()):
+            steps, plan_dict, status, superseded = await self._replan_phase(ctx, validated, steps)
         result = RunResult(
-            run_id=ctx.run_id, query=ctx.query, status=run_status(steps),
-            plan=validated.to_dict(), steps=steps, usage=ctx.usage, warnings=ctx.warnings,
+            run_id=ctx.run_id, query=ctx.query, status=status,
+            plan=plan_dict, steps=steps, usage=ctx.usage, warnings=ctx.warnings,
         )
-        failed_steps = [s.error.describe() for s in steps.values() if s.error is not None]
+        failed_steps = [s.error.describe() for s in steps.values()
+                        if s.error is not None and s.id not in superseded]
         if failed_steps:
             result.error = "; ".join(failed_steps)
         if self.config.synthesis_enabled and result.status != "failed":
             try:
-                result.answer = await synthesize(ctx, steps)
+                result.answer = await synthesize(
+                    ctx, {k: s for k, s in steps.items() if k not in superseded})
             except LLMError as exc:
                 result.warnings.append(f"answer synthesis failed: {exc}")
         return result
+
+    async def _replan_phase(
+        self, ctx: RunContext, validated: ValidatedPlan, steps: dict[str, StepResult]
+    ) -> tuple[dict[str, StepResult], dict[str, Any], RunStatus, set[str]]:
+        """Repair rounds after steps failed for good (at most ``replan_max``).
+
+        Each round asks the planner (purpose ``replan``) for new steps that make up for the
+        failed and skipped ones, runs them with the completed outputs in place, and adds
+        their results next to the originals. Returns every result, the combined plan (with
+        a ``replans`` record), the status and the ids the repairs superseded. The status is
+        ``succeeded`` when the last round ran without a failure, since the planner was
+        asked to cover everything still missing; otherwise it is computed over all steps.
+        """
+        from planners.replan import RepairSituation  # the facade composes the planner
+
+        results, known = dict(steps), dict(validated.steps)
+        rounds: list[dict[str, Any]] = []
+        open_ids = [sid for sid, r in steps.items() if r.status != "succeeded"]
+        loop = asyncio.get_running_loop()
+        for number in range(1, self.config.replan_max + 1):
+            if loop.time() >= ctx.run_deadline or ctx.llm.remaining_calls <= 0:
+                ctx.warnings.append(f"replan round {number} not attempted: the run deadline "
+                                    "or its LLM call budget is spent")
+                break
+            try:
+                repair = await self.planner.replan(
+                    ctx, RepairSituation(dict(known), dict(results), list(open_ids), number))
+            except PlanningError as exc:
+                ctx.warnings.append(f"replan round {number} failed: {exc}")
+                break
+            if repair is None:
+                ctx.warnings.append(f"replan round {number}: the planner found no repair for "
+                                    f"{', '.join(open_ids)}")
+                break
+            new = await self.executor.execute(repair, ctx)
+            known.update(repair.steps)
+            results.update(new)
+            rounds.append({"round": number, "replaces": open_ids, "steps": list(new)})
+            ctx.warnings.append(f"replan round {number}: {', '.join(open_ids)} replaced by "
+                                f"{', '.join(new)}")
+            open_ids = [sid for sid, r in new.items() if r.status != "succeeded"]
+            if not open_ids:
+                break
+        superseded = {sid for sid, r in results.items()
+                      if r.status != "succeeded" and sid not in open_ids}
+        plan_dict = Plan(steps=list(known.values()), reasoning=validated.plan.reasoning
+                         ).model_dump(mode="json", exclude_none=True)
+        if rounds:
+            plan_dict["replans"] = rounds
+        repaired = bool(rounds) and not open_ids
+        status: RunStatus = "succeeded" if repaired else run_status(
+            {k: r for k, r in results.items() if k not in superseded})
+        return results, plan_dict, status, superseded
 
     async def _plan(self, ctx: RunContext, plan: Plan | dict[str, Any] | None) -> ValidatedPlan:
         if plan is None:
@@ -169,11 +241,19 @@ class Orchestrator:
         ctx = RunContext(
             run_id=run_id, query=query, catalog=self.catalog, config=self.config,
             llm=LLMGateway(self.llm, telemetry=self.telemetry, usage=usage, run_id=run_id,
-                           max_calls=self.config.max_llm_calls_per_run, clock=self.clock),
+                           max_calls=self.config.max_llm_calls_per_run, clock=self.clock,
+                           debug_recorder=self._debug_recorder()),
             telemetry=self.telemetry, transport=self._transport(), clock=self.clock,
             usage=usage, run_deadline=asyncio.get_running_loop().time() + self.config.run_timeout_s,
         )
         return await self.planner.plan(query, ctx)
+
+    def _debug_recorder(self) -> DebugRecorder | None:
+        """The LLM debug store's recorder when ``ORCH_LLM_DEBUG_ENABLED`` is on."""
+        if self.debug_store is None:
+            return None
+        recorder: DebugRecorder = self.debug_store.recorder_for(self.redactor)
+        return recorder
 
     # --- resources ------------------------------------------------------------------
     def _transport(self) -> ToolTransport:
@@ -197,3 +277,30 @@ class Orchestrator:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
         await self.llm.aclose()
+
+
+def _log_run_end(result: RunResult, duration_s: float) -> None:
+    """One line per failed step (its id on the record), then the run's outcome."""
+    for step in result.steps.values():
+        if step.status == "failed" and step.error is not None:
+            error = step.error
+            log.warning(
+                "step %s failed: %s/%s after %d attempt(s): %s", step.id, error.category.value,
+                error.code, len(step.attempts), error.message[:300],
+                extra={"step_id": step.id, "capability": f"{step.tool}.{step.capability}",
+                       "category": error.category.value, "code": error.code,
+                       "attempts": len(step.attempts), "gave_up": error.details.get("gave_up")},
+            )
+    counts: dict[str, int] = {}
+    for step in result.steps.values():
+        counts[step.status] = counts.get(step.status, 0) + 1
+    usage = result.usage
+    log.log(
+        20 if result.status == "succeeded" else 30,  # INFO / WARNING
+        "run %s in %.0f ms: steps %s, %d LLM call(s)", result.status, duration_s * 1000,
+        counts or "none", usage.llm_calls,
+        extra={"status": result.status, "duration_ms": round(duration_s * 1000, 1),
+               "steps": counts, "llm_calls": usage.llm_calls,
+               "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+               "error": (result.error or "")[:300] or None},
+    )

@@ -1,6 +1,14 @@
 """Planners: turn a query and a catalog into a validated plan (layer 1 lives here)."""
 
-from planners.parsing import extract_json, parse_plan
-from planners.planner import Planner
+from planners.feedback import DefaultFeedbackFormatter, FeedbackFormatter, PlanFeedback
+from planners.parsing import PLAN_RESPONSE_SCHEMA, extract_json, parse_plan
+from planners.planner import Planner, PlannerAttempt
+from planners.prompt import PlannerTemplates
+from planners.replan import RepairPlan, RepairSituation
+from planners.signatures import SignatureRenderer
 
-__all__ = ["Planner", "extract_json", "parse_plan"]
+__all__ = [
+    "PLAN_RESPONSE_SCHEMA", "DefaultFeedbackFormatter", "FeedbackFormatter", "PlanFeedback",
+    "Planner", "PlannerAttempt", "PlannerTemplates", "RepairPlan", "RepairSituation",
+    "SignatureRenderer", "extract_json", "parse_plan",
+]

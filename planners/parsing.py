@@ -2,43 +2,29 @@
 
 from __future__ import annotations
 
-import json
+import copy
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import ValidationError
 
-from orchestration.errors import PlanParseError
-from orchestration.plan import Plan
+from orchestration.catalog import Capability
+from orchestration.errors import MalformedAnswer, PlanParseError
+from orchestration.llm.answers import extract_json as extract_answer_json
+from orchestration.plan import STEP_ID_PATTERN, Plan
 
 
 def extract_json(text: str) -> Any:
-    """The first JSON object or array in ``text``, tolerating fences and surrounding prose.
+    """The first JSON object or array in ``text`` (fences and prose tolerated).
 
-    Raises :class:`PlanParseError` with the decoder's message and position when no
-    candidate parses.
+    Raises :class:`PlanParseError` naming what is wrong when no candidate parses.
     """
-    if not text or not text.strip():
-        raise PlanParseError("the answer is empty")
-    stripped = text.strip()
     try:
-        return json.loads(stripped)
-    except ValueError:
-        pass
-    decoder = json.JSONDecoder()
-    first_error: ValueError | None = None
-    for index, char in enumerate(text):
-        if char not in "{[":
-            continue
-        try:
-            value, _ = decoder.raw_decode(text, index)
-        except ValueError as exc:
-            first_error = first_error or exc
-            continue
-        if isinstance(value, dict | list):
-            return value
-    if first_error is not None:
-        raise PlanParseError(f"the answer is not valid JSON: {first_error}")
-    raise PlanParseError("the answer contains no JSON object")
+        return extract_answer_json(text)
+    except PlanParseError:
+        raise
+    except MalformedAnswer as exc:
+        raise PlanParseError(str(exc)) from exc
 
 
 def parse_plan(text: str) -> Plan:
@@ -70,7 +56,7 @@ PLAN_RESPONSE_SCHEMA: dict[str, Any] = {
             "items": {
                 "type": "object",
                 "properties": {
-                    "id": {"type": "string"},
+                    "id": {"type": "string", "pattern": f"^{STEP_ID_PATTERN}$"},
                     "tool": {"type": "string"},
                     "capability": {"type": "string"},
                     "params": {"type": "object"},
@@ -82,3 +68,19 @@ PLAN_RESPONSE_SCHEMA: dict[str, Any] = {
     },
     "required": ["steps"],
 }
+"""The shape of a plan answer, sent as the structured-output schema."""
+
+
+def plan_response_schema(capabilities: Iterable[Capability] | None = None) -> dict[str, Any]:
+    """:data:`PLAN_RESPONSE_SCHEMA`, with ``tool``/``capability`` limited to those offered.
+
+    A provider that enforces the schema (grammar-constrained decoding) then cannot emit a
+    tool the prompt did not list; one that does not loses nothing.
+    """
+    schema = copy.deepcopy(PLAN_RESPONSE_SCHEMA)
+    caps = list(capabilities or [])
+    if caps:
+        props = schema["properties"]["steps"]["items"]["properties"]
+        props["tool"]["enum"] = sorted({c.tool for c in caps})
+        props["capability"]["enum"] = sorted({c.name for c in caps})
+    return schema

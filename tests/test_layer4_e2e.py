@@ -149,7 +149,7 @@ def test_tesla_proceeds_are_computed_by_layer_4_from_the_trajectory(
     assert metric(registry, "orchestration_semantic_retry_success_total", **tc) == 1
     assert metric(registry, "orchestration_semantic_retry_llm_latency_ms_count") == 1
     assert metric(registry, "orchestration_semantic_retry_independent_step_total",
-                  capability="currency.convert") == 0
+                  capability="convert") == 0
     (start,) = events(exporter, "contextual_re_resolution.start")
     (complete,) = events(exporter, "contextual_re_resolution.complete")
     assert start["independent_step"] is False and start["trigger"] == "input_error"
@@ -204,7 +204,7 @@ def test_tokio_is_corrected_through_a_503_carrying_a_structured_error(
         {"location": "Tokio"}, {"location": "Tokyo"}]
     assert result.steps["fc"].output["lat"] == 35.6897
     assert metric(registry, "orchestration_semantic_retry_independent_step_total",
-                  capability="weather.geocode") == 1
+                  capability="geocode") == 1
     (start,) = events(exporter, "contextual_re_resolution.start")
     assert start["independent_step"] is True and start["trigger"] == "structured_503"
     prompt = llm.requests_for("semantic_retry")[0].prompt_text

@@ -276,7 +276,7 @@ def test_transient_override_is_bounded_by_layer_4_attempts() -> None:
     assert h.clock.sleeps == [0.2, 0.4]
     assert "semantic_retry_max_attempts=2" in s.error.details["gave_up"]
     assert h.metric("orchestration_transient_override_total", tool="t", capability="slow") == 2
-    assert h.metric("orchestration_semantic_retry_independent_step_total", capability="t.slow") == 2
+    assert h.metric("orchestration_semantic_retry_independent_step_total", capability="slow") == 2
     with pytest.raises(RetryExhausted) as caught:
         result.raise_for_status()
     assert [a.analysis for a in caught.value.attempts] == [None, "timeouts pass", "timeouts pass"]
@@ -350,7 +350,7 @@ def test_independent_steps_qualify_unless_switched_off() -> None:
                  answer(True, {"amount": 2}))
     assert on.run().steps["pay"].status == "succeeded"
     assert on.metric("orchestration_semantic_retry_independent_step_total",
-                     capability="shop.pay") == 1
+                     capability="pay") == 1
     assert on.events("contextual_re_resolution.start")[0]["independent_step"] is True
     assert "depends on no other step" in on.prompts[0]
 

@@ -131,7 +131,7 @@ class SemanticRetry:
         metrics = ctx.telemetry.metrics
         metrics.semantic_retry_attempts.labels(cap.tool, cap.name).inc()
         if independent:
-            metrics.semantic_retry_independent_step.labels(cap.key).inc()
+            metrics.semantic_retry_independent_step.labels(cap.name).inc()
         span = trace.get_current_span()
         base = {attr.STEP_ID: state.step.id, attr.CAPABILITY: cap.key, "independent_step": independent}
         attr.add_event(span, "contextual_re_resolution.start", {

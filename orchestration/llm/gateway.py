@@ -102,7 +102,11 @@ class LLMGateway:
         span_attrs: dict[str, Any] = {
             attr.GEN_AI_OPERATION: "chat",
             attr.GEN_AI_SYSTEM: getattr(self.client, "provider", "unknown"),
+            attr.GEN_AI_PROVIDER: getattr(self.client, "provider", "unknown"),
             attr.GEN_AI_REQUEST_MODEL: model,
+            attr.GEN_AI_REQUEST_TEMPERATURE: request.temperature,
+            attr.GEN_AI_REQUEST_MAX_TOKENS: request.max_output_tokens,
+            attr.GEN_AI_OUTPUT_TYPE: "json" if request.response_schema else "text",
             attr.PURPOSE: request.purpose,
             attr.RUN_ID: self.run_id,
             attr.STEP_ID: request.step_id,
@@ -131,6 +135,7 @@ class LLMGateway:
                 elapsed = time.perf_counter() - started
                 m.llm_calls.labels(request.purpose, "other").inc()
                 span.set_status(Status(StatusCode.ERROR, repr(exc)))
+                span.set_attribute(attr.ERROR_TYPE, type(exc).__name__)
                 self._record_debug(request, None, exc, elapsed)
                 raise LLMError(LLMErrorKind.OTHER, f"LLM client raised {exc!r}") from exc
             elapsed = time.perf_counter() - started
@@ -142,8 +147,10 @@ class LLMGateway:
             m.llm_tokens.labels(request.purpose, "output").inc(usage.output_tokens)
             span.set_attribute(attr.GEN_AI_INPUT_TOKENS, usage.input_tokens)
             span.set_attribute(attr.GEN_AI_OUTPUT_TOKENS, usage.output_tokens)
+            if response.model:
+                span.set_attribute(attr.GEN_AI_RESPONSE_MODEL, response.model)
             if response.finish_reason:
-                span.set_attribute("gen_ai.response.finish_reasons", [response.finish_reason])
+                span.set_attribute(attr.GEN_AI_RESPONSE_FINISH_REASONS, [response.finish_reason])
             self._record_debug(request, response, None, elapsed)
             return response
 

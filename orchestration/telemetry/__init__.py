@@ -1,4 +1,11 @@
-"""Observability: OpenTelemetry traces and Prometheus metrics for every layer."""
+"""Observability: OpenTelemetry traces and Prometheus metrics for every layer.
+
+* :mod:`~orchestration.telemetry.tracing` — attribute names, the redacting tracer,
+  :func:`~orchestration.telemetry.tracing.add_event` for layer events;
+* :mod:`~orchestration.telemetry.metrics` — every ``orchestration_*`` metric;
+* :mod:`~orchestration.telemetry.serving` — :func:`serve_metrics` for ``/metrics``;
+* :mod:`~orchestration.telemetry.exporters` — the CLI's span exporters.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ from opentelemetry.trace import Tracer, TracerProvider
 from prometheus_client import CollectorRegistry
 
 from orchestration.telemetry.metrics import Metrics
+from orchestration.telemetry.serving import MetricsServer, multiprocess_registry, serve_metrics
 from orchestration.telemetry.tracing import get_tracer
 
 
@@ -27,4 +35,4 @@ class Telemetry:
         return cls(get_tracer(tracer_provider), Metrics.for_registry(registry))
 
 
-__all__ = ["Metrics", "Telemetry"]
+__all__ = ["Metrics", "MetricsServer", "Telemetry", "multiprocess_registry", "serve_metrics"]

@@ -1,0 +1,1 @@
+"""Default prompt templates of the planner (text files read with importlib.resources)."""

@@ -1,0 +1,161 @@
+"""Large catalogs: the planner prompt stays within budget and offers the relevant capabilities."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import CollectorRegistry
+
+from orchestration import Catalog, Orchestrator, OrchestratorConfig, ScriptedLLM
+from orchestration.llm.base import LLMRequest
+from planners.selection import BM25, tokenize
+
+DOMAINS = ["billing", "crm", "inventory", "hr", "shipping", "support", "analytics", "calendar",
+           "storage", "mail"]
+VERBS = ["create", "update", "delete", "list", "get", "archive", "export", "import", "search",
+         "sync"]
+OBJECTS = ["invoice", "customer", "ticket", "employee", "parcel"]
+
+TARGET = "units.temperature_convert"
+
+
+def big_catalog(n: int = 500) -> Catalog:
+    """``n`` capabilities: 499 business operations and one temperature converter."""
+    cat = Catalog()
+    combos = itertools.islice(itertools.product(DOMAINS, VERBS, OBJECTS), n - 2)
+    for domain, verb, obj in combos:
+        cat.add_function(
+            lambda **kw: {"ok": True}, tool=domain, capability=f"{verb}_{obj}",
+            description=f"{verb.capitalize()} a {obj} record in the {domain} system; "
+            f"returns the {obj} with its id, owner and timestamps.",
+            input_schema={"type": "object", "required": [f"{obj}_id"], "properties": {
+                f"{obj}_id": {"type": "string", "description": f"Identifier of the {obj}."},
+                "note": {"type": "string", "maxLength": 500},
+                "dry_run": {"type": "boolean", "default": False}}},
+            output_schema={"type": "object", "properties": {
+                "id": {"type": "string"}, "owner": {"type": "string"}}})
+    cat.add_function(
+        lambda value, source, target: {"value": value}, tool="units",
+        capability="temperature_convert",
+        description="Convert a temperature between celsius, fahrenheit and kelvin. Look up "
+        "scale names with units.scale_info first if unsure.",
+        input_schema={"type": "object", "required": ["value", "source", "target"], "properties": {
+            "value": {"type": "number"},
+            "source": {"type": "string", "enum": ["celsius", "fahrenheit", "kelvin"]},
+            "target": {"type": "string", "enum": ["celsius", "fahrenheit", "kelvin"]}}},
+        output_schema={"type": "object", "properties": {"value": {"type": "number"}}})
+    cat.add_function(lambda name: {"name": name}, tool="units", capability="scale_info",
+                     description="Canonical name of a scale.",
+                     input_schema={"type": "object", "properties": {"name": {"type": "string"}}})
+    assert len(cat) == n
+    return cat
+
+
+CONVERT = {"steps": [{"id": "c", "tool": "units", "capability": "temperature_convert",
+                      "params": {"value": 100, "source": "fahrenheit", "target": "celsius"}}]}
+QUERY = "What is 100 degrees Fahrenheit in Celsius?"
+
+
+class Run:
+    def __init__(self, catalog: Catalog, plan: Any = CONVERT, **config: Any) -> None:
+        self.llm = ScriptedLLM(lambda r: plan)
+        self.spans = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(self.spans))
+        self.orch = Orchestrator(
+            catalog=catalog, llm=self.llm, registry=CollectorRegistry(), tracer_provider=provider,
+            config=OrchestratorConfig(**{"synthesis_enabled": False, **config}))
+        started = time.perf_counter()
+        self.result = self.orch.run(QUERY)
+        self.seconds = time.perf_counter() - started
+
+    @property
+    def request(self) -> LLMRequest:
+        return self.llm.requests_for("plan")[0]
+
+    @property
+    def system(self) -> str:
+        return self.request.messages[0]["content"]
+
+    def selection_event(self) -> dict[str, Any]:
+        span = next(s for s in self.spans.get_finished_spans() if s.name == "plan")
+        event = next(e for e in span.events if e.name == "catalog_selection")
+        return dict(event.attributes or {})
+
+
+@pytest.fixture(scope="module")
+def catalog500() -> Catalog:
+    return big_catalog(500)
+
+
+def test_500_capabilities_fit_the_budget_and_keep_the_relevant_one(catalog500: Catalog) -> None:
+    run = Run(catalog500, planner_prompt_budget_chars=12_000)
+    assert run.result.status == "succeeded", run.result.error
+    assert len(run.request.prompt_text) <= 12_000
+    assert f"### {TARGET}" in run.system
+    # mentioned in the target's description, so pulled in although it scores low
+    assert "### units.scale_info" in run.system
+    event = run.selection_event()
+    assert event["catalog.size"] == 500 and event["catalog.ranked"] is True
+    assert event["catalog.offered"] + event["catalog.omitted"] == 500
+    assert event["catalog.omitted"] > 400
+    names = str(event["catalog.omitted_names"]).split(",")
+    assert len(names) == 51 and names[-1] == f"… (+{event['catalog.omitted'] - 50})"
+    assert f"({event['catalog.omitted']} other capabilities exist but are not shown" in run.system
+    assert event["prompt.chars"] == len(run.request.prompt_text)
+    # the structured-output schema offers exactly the capabilities in the prompt
+    step = run.request.response_schema["properties"]["steps"]["items"]["properties"]  # type: ignore[index]
+    assert "temperature_convert" in step["capability"]["enum"]
+    assert run.seconds < 2.0, run.seconds
+
+
+def test_selection_is_deterministic(catalog500: Catalog) -> None:
+    first = Run(catalog500, planner_prompt_budget_chars=9000).request.messages
+    second = Run(catalog500, planner_prompt_budget_chars=9000).request.messages
+    assert first == second
+
+
+@pytest.mark.parametrize("guidance", [True, False])
+def test_budget_holds_with_and_without_guidance(catalog500: Catalog, guidance: bool) -> None:
+    run = Run(catalog500, planner_prompt_budget_chars=6000, prompt_type_guidance=guidance)
+    assert len(run.request.prompt_text) <= 6000
+    assert f"### {TARGET}" in run.system
+
+
+def test_max_capabilities_caps_the_list(catalog500: Catalog) -> None:
+    run = Run(catalog500, planner_max_capabilities=3)
+    assert run.system.count("\n### ") == 3
+    assert f"### {TARGET}" in run.system
+    assert run.selection_event()["catalog.omitted"] == 497
+
+
+def test_small_catalog_is_shown_whole_without_ranking() -> None:
+    run = Run(big_catalog(12))
+    event = run.selection_event()
+    assert event["catalog.ranked"] is False and event["catalog.omitted"] == 0
+    assert event["catalog.omitted_names"] == ""
+    assert run.system.count("\n### ") == 12
+    assert "other capabilities exist" not in run.system
+
+
+def test_plan_may_use_a_capability_left_out_of_the_prompt(catalog500: Catalog) -> None:
+    plan = {"steps": [{"id": "x", "tool": "mail", "capability": "list_parcel",
+                       "params": {"parcel_id": "p1"}}]}
+    run = Run(catalog500, plan=plan, planner_max_capabilities=2)
+    assert "### mail.list_parcel" not in run.system
+    assert run.result.status == "succeeded", run.result.error
+
+
+def test_bm25_prefers_rare_matching_terms() -> None:
+    docs = [tokenize("create invoice billing"), tokenize("convert temperature celsius"),
+            tokenize("create customer crm")]
+    scores = BM25(docs).scores(tokenize("Convert Celsius temperatures, please"))
+    assert scores[1] > 0 and scores[0] == scores[2] == 0
+    assert tokenize("getWeatherForecasts HTTPServer snake_case") == [
+        "weather", "forecast", "http", "server", "snake", "case"]
