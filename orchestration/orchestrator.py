@@ -106,22 +106,9 @@ class Orchestrator:
 
     async def arun(self, query: str, *, plan: Plan | dict[str, Any] | None = None) -> RunResult:
         """Plan ``query`` (or use the given ``plan``), execute it, synthesise the answer."""
-        run_id = uuid.uuid4().hex
-        usage = RunUsage()
         started = time.perf_counter()
-        loop = asyncio.get_running_loop()
-        ctx = RunContext(
-            run_id=run_id, query=query, catalog=self.catalog, config=self.config,
-            llm=LLMGateway(
-                self.llm, telemetry=self.telemetry, usage=usage, run_id=run_id,
-                max_calls=self.config.max_llm_calls_per_run,
-                max_retries=self.config.llm_max_retries,
-                retry_after_cap_s=self.config.retry_after_cap_s, clock=self.clock,
-                debug_recorder=self._debug_recorder(),
-            ),
-            telemetry=self.telemetry, transport=self._transport(), clock=self.clock,
-            usage=usage, run_deadline=loop.time() + self.config.run_timeout_s,
-        )
+        ctx = self._new_context(query)
+        run_id = ctx.run_id
         with (
             log_context(run_id=run_id, redactor=self.redactor),
             self.telemetry.tracer.start_as_current_span(
@@ -236,17 +223,25 @@ class Orchestrator:
 
     async def plan(self, query: str) -> ValidatedPlan:
         """Plan without executing (what ``dagwright plan`` shows)."""
-        usage = RunUsage()
+        return await self.planner.plan(query, self._new_context(query))
+
+    def _new_context(self, query: str) -> RunContext:
+        """The state of one run: its id, usage, LLM gateway, transport and deadline."""
         run_id = uuid.uuid4().hex
-        ctx = RunContext(
+        usage = RunUsage()
+        return RunContext(
             run_id=run_id, query=query, catalog=self.catalog, config=self.config,
-            llm=LLMGateway(self.llm, telemetry=self.telemetry, usage=usage, run_id=run_id,
-                           max_calls=self.config.max_llm_calls_per_run, clock=self.clock,
-                           debug_recorder=self._debug_recorder()),
+            llm=LLMGateway(
+                self.llm, telemetry=self.telemetry, usage=usage, run_id=run_id,
+                max_calls=self.config.max_llm_calls_per_run,
+                max_retries=self.config.llm_max_retries,
+                retry_after_cap_s=self.config.retry_after_cap_s, clock=self.clock,
+                debug_recorder=self._debug_recorder(),
+            ),
             telemetry=self.telemetry, transport=self._transport(), clock=self.clock,
-            usage=usage, run_deadline=asyncio.get_running_loop().time() + self.config.run_timeout_s,
+            usage=usage,
+            run_deadline=asyncio.get_running_loop().time() + self.config.run_timeout_s,
         )
-        return await self.planner.plan(query, ctx)
 
     def _debug_recorder(self) -> DebugRecorder | None:
         """The LLM debug store's recorder when ``ORCH_LLM_DEBUG_ENABLED`` is on."""
