@@ -19,7 +19,7 @@ from typing import Any, Literal
 import httpx
 
 from orchestration.llm.base import LLMRequest, LLMResponse, TokenUsage
-from orchestration.llm.openai_compat import (
+from orchestration.llm.http import (
     error_for_status,
     json_object_body,
     malformed,

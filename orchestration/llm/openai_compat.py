@@ -10,24 +10,29 @@ The client never retries a failed call itself: the :class:`~orchestration.llm.ga
 does that with backoff and a budget. It only classifies every failure into an
 :class:`~orchestration.errors.LLMError` so the gateway can decide.
 
-The HTTP helpers at the bottom of this module (transport and status classification,
-redaction) are shared with :mod:`orchestration.llm.anthropic`.
+The HTTP plumbing shared with :mod:`orchestration.llm.anthropic` lives in
+:mod:`orchestration.llm.http`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
 import httpx
 
-from orchestration.errors import LLMError, LLMErrorKind
 from orchestration.llm.base import LLMRequest, LLMResponse, TokenUsage
+from orchestration.llm.http import (
+    error_for_status,
+    json_object_body,
+    malformed,
+    post_json,
+    provider_error_message,
+    token_count,
+    tool_name,
+)
 from orchestration.llm.scripted import estimate_tokens
-from orchestration.protocol import parse_retry_after
 
 StructuredOutputMode = Literal["auto", "json_schema", "json_object", "none"]
 EffectiveStructuredOutput = Literal["json_schema", "json_object", "none"]
@@ -260,174 +265,3 @@ def _rejects_response_format(response: httpx.Response) -> bool:
     # make every 400 look like a response_format rejection.
     text = (provider_error_message(response.text) or response.text).lower()
     return any(word in text for word in _RESPONSE_FORMAT_WORDS)
-
-
-def token_count(value: Any, default: int) -> int:
-    """A provider-reported token count, or ``default`` when it is missing or nonsense."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return default
-
-
-# --- HTTP helpers shared by the provider clients ------------------------------------------
-
-RAW_BODY_LIMIT = 2000
-"""How much of a provider's body an :class:`LLMError` keeps in ``raw``."""
-
-_MIN_SECRET_LEN = 4
-
-
-def redact(text: str, secret: str | None) -> str:
-    """``text`` with every occurrence of ``secret`` replaced.
-
-    Some providers echo the key they received in their 401 message; that text goes into
-    exceptions, logs and the debug store, so it is scrubbed before it leaves the client.
-    """
-    if secret and len(secret) >= _MIN_SECRET_LEN:
-        return text.replace(secret, "[redacted]")
-    return text
-
-
-def truncate(text: str, limit: int = RAW_BODY_LIMIT) -> str:
-    return text if len(text) <= limit else text[:limit] + f"… [truncated {len(text) - limit} chars]"
-
-
-_NAME_INVALID = re.compile(r"[^A-Za-z0-9_-]")
-
-
-def tool_name(name: str) -> str:
-    """``name`` made acceptable as a schema or tool name (``^[A-Za-z0-9_-]{1,64}$``).
-
-    Both providers reject other names with a 400, which would look like a model failure.
-    """
-    cleaned = _NAME_INVALID.sub("_", name)[:64]
-    return cleaned or "response"
-
-
-def provider_error_message(body_text: str) -> str | None:
-    """The human-readable message of a provider error body, in any of the usual shapes.
-
-    OpenAI and Anthropic nest it under ``error.message``; Ollama sends ``error`` as a
-    string; older vLLM puts ``message`` at the top level; FastAPI-based servers ``detail``.
-    """
-    try:
-        body = json.loads(body_text)
-    except ValueError:
-        return None
-    if not isinstance(body, dict):
-        return None
-    error = body.get("error")
-    if isinstance(error, dict) and isinstance(error.get("message"), str):
-        return str(error["message"])
-    if isinstance(error, str):
-        return error
-    if isinstance(body.get("message"), str):
-        return str(body["message"])
-    detail = body.get("detail")
-    if isinstance(detail, str):
-        return detail
-    if detail is not None:
-        return json.dumps(detail)
-    return None
-
-
-async def post_json(
-    client: httpx.AsyncClient,
-    url: str,
-    *,
-    payload: dict[str, Any],
-    headers: Mapping[str, str],
-    timeout_s: float,
-    provider: str,
-    secret: str | None,
-) -> httpx.Response:
-    """POST ``payload`` and return the response whatever its status.
-
-    Transport failures become :class:`LLMError`. ``timeout_s`` is enforced both per
-    socket operation (httpx) and for the whole call, since a server that trickles bytes
-    would otherwise never trip a per-read timeout.
-    """
-    try:
-        async with asyncio.timeout(timeout_s):
-            return await client.post(url, json=payload, headers=dict(headers), timeout=timeout_s)
-    except (httpx.TimeoutException, TimeoutError) as exc:
-        raise LLMError(
-            LLMErrorKind.TIMEOUT,
-            f"no answer from {url} within {timeout_s:g}s ({type(exc).__name__})",
-            provider=provider,
-        ) from exc
-    except httpx.ConnectError as exc:
-        raise LLMError(
-            LLMErrorKind.CONNECTION,
-            redact(f"cannot connect to {url}: {exc or type(exc).__name__}", secret),
-            provider=provider,
-        ) from exc
-    except (httpx.NetworkError, httpx.RemoteProtocolError, httpx.ProxyError) as exc:
-        # Connection reset, or closed before a complete answer arrived.
-        raise LLMError(
-            LLMErrorKind.CONNECTION,
-            redact(f"connection to {url} failed: {exc or type(exc).__name__}", secret),
-            provider=provider,
-        ) from exc
-    except httpx.HTTPError as exc:
-        # Bad URL scheme, local protocol misuse, ...: a configuration problem.
-        raise LLMError(
-            LLMErrorKind.OTHER,
-            redact(f"request to {url} failed: {type(exc).__name__}: {exc}", secret),
-            provider=provider,
-        ) from exc
-
-
-def error_for_status(response: httpx.Response, *, provider: str, secret: str | None) -> LLMError:
-    """Classify a non-2xx answer into an :class:`LLMError` carrying the provider's message."""
-    status = response.status_code
-    body = redact(response.text, secret)
-    message = provider_error_message(body) or (body.strip() and truncate(body.strip(), 300))
-    message = message or response.reason_phrase or "no error message"
-    raw = truncate(body)
-    if status == 429:
-        retry_after = parse_retry_after(response.headers.get("retry-after"))
-        if retry_after is None:
-            retry_after_ms = parse_retry_after(response.headers.get("retry-after-ms"))
-            retry_after = retry_after_ms / 1000 if retry_after_ms is not None else None
-        return LLMError(
-            LLMErrorKind.RATE_LIMIT, message, status=status, retry_after_s=retry_after,
-            provider=provider, raw=raw,
-        )
-    if status in (401, 403):
-        kind = LLMErrorKind.AUTH
-    elif status == 408:
-        kind = LLMErrorKind.TIMEOUT
-    elif status >= 500:  # includes Anthropic's 529 "overloaded"
-        kind = LLMErrorKind.SERVER
-    else:
-        kind = LLMErrorKind.OTHER
-    return LLMError(kind, message, status=status, provider=provider, raw=raw)
-
-
-def malformed(
-    response: httpx.Response, reason: str, provider: str, secret: str | None
-) -> LLMError:
-    """A 2xx answer that cannot be read; ``raw`` keeps the start of the body for debugging."""
-    return LLMError(
-        LLMErrorKind.MALFORMED,
-        reason,
-        status=response.status_code,
-        provider=provider,
-        raw=truncate(redact(response.text, secret)),
-    )
-
-
-def json_object_body(
-    response: httpx.Response, *, provider: str, secret: str | None
-) -> dict[str, Any]:
-    """The body of a 2xx answer as a JSON object, or a MALFORMED :class:`LLMError`."""
-    try:
-        data = response.json()
-    except ValueError:
-        content_type = response.headers.get("content-type", "no content type")
-        reason = f"answer is not JSON ({content_type})"
-        raise malformed(response, reason, provider, secret) from None
-    if not isinstance(data, dict):
-        raise malformed(response, "answer is not a JSON object", provider, secret)
-    return data
