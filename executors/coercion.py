@@ -141,6 +141,9 @@ class CoercionResult:
 
     value: Any
     changes: list[CoercionChange]
+    # True when the input was checked and found valid as it was: a caller that validates
+    # next (the executor's pre-flight check) can skip that second, identical check.
+    known_valid: bool = False
 
     @property
     def changed(self) -> bool:
@@ -229,7 +232,8 @@ class Coercer:
         (possible only when called from an already very deep stack), the value
         is returned unchanged for validation to judge.
         """
-        # _walk starts with the "already valid" check against the whole schema.
+        if self._check(value, self._schema, self._resolver) is True:
+            return CoercionResult(value, [], known_valid=True)
         changes: list[CoercionChange] = []
         try:
             new = self._walk(value, self._schema, self._resolver, "$", 0, frozenset(), changes)

@@ -104,8 +104,8 @@ class StepRunner:
         duration = loop.time() - started
         status = "succeeded" if error is None else "failed"
         metrics = self.ctx.telemetry.metrics
-        metrics.steps.labels(step.tool, step.capability, status).inc()
-        metrics.step_duration.labels(step.tool, step.capability).observe(duration)
+        metrics.child(metrics.steps, step.tool, step.capability, status).inc()
+        metrics.child(metrics.step_duration, step.tool, step.capability).observe(duration)
         if error is None:
             self.ctx.outputs[step_id] = output
         return StepResult(
@@ -199,22 +199,24 @@ class StepRunner:
             await ctx.clock.sleep(delay)
         prepared = self.capabilities.get(cap)
         coercions: list[CoercionRecord] = []
+        known_valid = False
         if layer_setting(cap, ctx, "type_coercion_enabled"):
             coerced = prepared.coercer.coerce(params)
+            known_valid = coerced.known_valid  # same validator: no need to check twice
             if coerced.changes:
                 params = coerced.value
                 coercions = [
                     CoercionRecord(path=c.path, old=c.old, new=c.new, rule=c.rule)
                     for c in coerced.changes
                 ]
-                metrics.type_coercion_applied.labels(cap.tool, cap.name).inc()
+                metrics.child(metrics.type_coercion_applied, cap.tool, cap.name).inc()
                 attr.add_event(trace.get_current_span(), "type_coercion_applied", {
                     attr.STEP_ID: state.step.id, attr.CAPABILITY: cap.key, attr.ATTEMPT: number,
                     "coercion.count": len(coercions),
                     "coercion.paths": ",".join(c.path for c in coercions),
                 })
         state.params = params
-        issues = prepared.validate(params)
+        issues = [] if known_valid else prepared.validate(params)
         if issues:
             error = StepError(
                 category=ErrorCategory.VALIDATION_ERROR,
@@ -224,7 +226,7 @@ class StepRunner:
                 request_sent=False,
                 details={"errors": [i.to_dict() for i in issues]},
             )
-            metrics.tool_errors.labels(cap.tool, cap.name, error.category.value).inc()
+            metrics.child(metrics.tool_errors, cap.tool, cap.name, error.category.value).inc()
             attempt = Attempt(
                 number=number, layer=layer, params=params, outcome="invalid", error=error,
                 delay_s=delay, coercions=coercions,
@@ -255,11 +257,11 @@ class StepRunner:
                 span.set_attribute("error.type", result.error.category.value)
                 if result.error.http_status is not None:
                     span.set_attribute("http.response.status_code", result.error.http_status)
-        metrics.tool_call_duration.labels(cap.tool, cap.name).observe(result.latency_s)
+        metrics.child(metrics.tool_call_duration, cap.tool, cap.name).observe(result.latency_s)
         outcome = "succeeded" if result.ok else "failed"
-        metrics.tool_calls.labels(cap.tool, cap.name, outcome).inc()
+        metrics.child(metrics.tool_calls, cap.tool, cap.name, outcome).inc()
         if result.error is not None:
-            metrics.tool_errors.labels(cap.tool, cap.name, result.error.category.value).inc()
+            metrics.child(metrics.tool_errors, cap.tool, cap.name, result.error.category.value).inc()
         attempt = Attempt(
             number=number, layer=layer, params=params, outcome=outcome, error=result.error,
             latency_s=result.latency_s, delay_s=delay, coercions=coercions, analysis=analysis,

@@ -94,9 +94,20 @@ class Orchestrator:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self._run_and_close(query, plan))
-        raise RuntimeError("Orchestrator.run() was called inside a running event loop; "
-                           "use 'await orchestrator.arun(query)' there")
+            pass
+        else:
+            raise RuntimeError("Orchestrator.run() was called inside a running event loop; "
+                               "use 'await orchestrator.arun(query)' there")
+        # The result is handed out through a holder rather than as the main task's result:
+        # when asyncio.run() restores the SIGINT handler, CPython formats a repr() of the
+        # old handler, which holds the main task and so would repr the whole RunResult.
+        holder: list[RunResult] = []
+
+        async def main() -> None:
+            holder.append(await self._run_and_close(query, plan))
+
+        asyncio.run(main())
+        return holder[0]
 
     async def _run_and_close(self, query: str, plan: Plan | dict[str, Any] | None) -> RunResult:
         try:

@@ -209,11 +209,10 @@ def validate_plan(plan: Plan, catalog: Catalog, *, max_steps: int = 1000) -> Val
                 issues.append(PlanIssue(step.id, f"depends_on names unknown step {dep!r}"))
             else:
                 graph.add_edge(dep, step.id)
-    if not issues:
-        try:
-            cycle = nx.find_cycle(graph)
-        except nx.NetworkXNoCycle:
-            cycle = None
+    # is_directed_acyclic_graph is far cheaper than find_cycle on the (usual) acyclic
+    # plan; find_cycle runs only to name a cycle known to exist
+    if not issues and not nx.is_directed_acyclic_graph(graph):
+        cycle = nx.find_cycle(graph)
         if cycle:
             names = [edge[0] for edge in cycle] + [cycle[0][0]]
             issues.append(PlanIssue(None, "the plan has a cycle: " + " -> ".join(names)))

@@ -8,8 +8,10 @@ orchestrators sharing a registry share the same metric objects.
 from __future__ import annotations
 
 import weakref
+from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client.metrics import MetricWrapperBase
 
 _SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _MS_BUCKETS = (10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
@@ -21,6 +23,7 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.runs = Counter("orchestration_runs", "Runs by final status.", ["status"], registry=r)
         self.run_duration = Histogram(
             "orchestration_run_duration_seconds", "Wall time of runs.", ["status"],
@@ -83,6 +86,19 @@ class Metrics:
             "orchestration_resilience_retries",
             "Same-parameter retries after transport faults, by category.",
             [*_TC, "category"], registry=r)
+
+    def child(self, metric: MetricWrapperBase, *labels: str) -> Any:
+        """``metric.labels(*labels)``, cached.
+
+        ``labels()`` takes a lock and checks its arguments on every call, which costs more
+        than the increment itself on the executor's per-step path. Label values are bounded
+        by design (tool, capability, outcome, category, purpose), and so is this cache.
+        """
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
     @classmethod
     def for_registry(cls, registry: CollectorRegistry | None = None) -> Metrics:

@@ -218,10 +218,19 @@ class DagwrightTracer(Tracer):
         record_exception: bool = True,
         set_status_on_exception: bool = True,
     ) -> Span:
+        # Start without attributes and redact only when the span records: with no SDK
+        # provider (a no-op tracer) redaction would be pure overhead on every step.
         span = self._tracer.start_span(
-            current_redactor().redact(name), context, kind, redact_attributes(attributes),
-            links, start_time, record_exception, set_status_on_exception,
+            name, context, kind, None, links, start_time, record_exception,
+            set_status_on_exception,
         )
+        if not span.is_recording():
+            return span
+        redacted_name = current_redactor().redact(name)
+        if redacted_name != name:
+            span.update_name(redacted_name)
+        if attributes:
+            span.set_attributes(redact_attributes(attributes) or {})
         return RedactingSpan(span)
 
     @contextmanager
