@@ -1,0 +1,100 @@
+"""The benchmark scripts, run end to end at tiny sizes so they cannot rot.
+
+Each test runs a script's ``main`` with minimal sizes and a temporary report, and checks
+that it printed its figures and wrote (only) its own section with the command, the
+machine facts and the figures. The real numbers come from full runs (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from benchmarks import common, http_calls, recovery, scheduler, throughput
+
+
+def section(report: Path, name: str) -> str:
+    text = report.read_text(encoding="utf-8")
+    match = re.search(rf"<!-- BEGIN {name} .*?-->\n(.*?)<!-- END {name} -->", text, re.S)
+    assert match, f"section {name} missing from:\n{text}"
+    return match.group(1)
+
+
+def assert_preamble(body: str, module: str) -> None:
+    assert f"python -m benchmarks.{module}" in body
+    assert "- machine: " in body and "Python" in body and "pydantic" in body
+    assert re.search(r"measured \d{4}-\d{2}-\d{2}", body)
+
+
+def test_write_section_replaces_only_its_own_section(tmp_path: Path) -> None:
+    report = tmp_path / "bench.md"
+    common.write_section(report, "throughput", "## T\nfirst")
+    common.write_section(report, "scheduler", "## S\nsched")
+    common.write_section(report, "throughput", "## T\nsecond")
+    text = report.read_text()
+    assert text.startswith("# Benchmarks")
+    assert "first" not in text and "second" in text and "sched" in text
+    assert text.index("BEGIN scheduler") < text.index("BEGIN throughput")  # canonical order
+
+
+def test_scheduler_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "bench.md"
+    argv = ["--sizes", "24", "--repeats", "1", "--makespan-sizes", "12", "--no-memory",
+            "--profile", "never", "--report", str(report)]
+    if not scheduler.have_langgraph():
+        argv.append("--no-langgraph")
+    assert scheduler.main(argv) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"overhead\s+24 steps: floor [\d.]+ µs/step, dagwright [\d.]+ µs/step", out)
+    assert re.search(r"makespan\s+12 steps: critical path [\d.]+ s", out)
+    body = section(report, "scheduler")
+    assert_preamble(body, "scheduler")
+    assert "| 24 |" in body and "### Makespan over critical path" in body
+
+
+def test_http_calls_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "bench.md"
+    argv = ["--concurrency", "2", "--delays", "0", "--calls", "20", "--repeats", "1",
+            "--profile", "never", "--report", str(report)]
+    assert http_calls.main(argv) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"bare [\d.]+ µs/call, transport alone [\d.]+, dagwright [\d.]+ µs/call -> "
+                     r"[\d.]+×", out)
+    body = section(report, "http_calls")
+    assert_preamble(body, "http_calls")
+    assert re.search(r"\| 0 ms \| 2 \| 20 \| [\d.,]+ \|", body)
+
+
+def test_recovery_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "docs" / "bench.md"
+    argv = ["--scenarios", "4", "--trials", "1", "--report", str(report)]
+    assert recovery.main(argv) == 0
+    out = capsys.readouterr().out
+    for label, _ in recovery.CONFIGS:
+        assert re.search(rf"{re.escape(label)}\s+correct\s+[\d.]+%", out), label
+    body = section(report, "recovery")
+    assert_preamble(body, "recovery")
+    assert "| 1+2+3+4 | 4 |" in body and "**Fault mix**" in body
+    if "![Recovery ablation](img/recovery_ablation.png)" in body:  # matplotlib installed
+        assert (tmp_path / "docs" / "img" / "recovery_ablation.png").stat().st_size > 1000
+
+
+def test_recovery_scenarios_and_tools_meet_the_brief() -> None:
+    items = recovery.scenarios()
+    assert len(items) >= 30
+    tools = {step["tool"] for s in items for step in s.plan["steps"]}
+    assert len(tools) >= 8
+    assert all(len(s.plan["steps"]) >= 2 for s in items)
+
+
+def test_throughput_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "bench.md"
+    argv = ["--levels", "3", "--llm-latency", "0.01", "--tool-ms", "1,2", "--report", str(report)]
+    assert throughput.main(argv) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"N=\s+3:\s+[\d.]+ runs/s", out)
+    body = section(report, "throughput")
+    assert_preamble(body, "throughput")
+    assert re.search(r"\| 3 \| [\d.]+ \| [\d.,]+ \|", body)
