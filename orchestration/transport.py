@@ -60,16 +60,24 @@ class ToolTransport:
         max_connections: int = 100,
     ) -> None:
         self._owns_client = http_client is None
-        self._client = http_client or httpx.AsyncClient(
-            limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=max_connections
-            ),
-            follow_redirects=False,
-        )
+        self._client = http_client
+        self._max_connections = max_connections
+
+    def _http(self) -> httpx.AsyncClient:
+        """The pooled client, created on the first HTTP call: building it (its TLS
+        context above all) costs ~20 ms, wasted on runs whose tools are all in-process."""
+        if self._client is None:
+            limits = httpx.Limits(
+                max_connections=self._max_connections,
+                max_keepalive_connections=self._max_connections,
+            )
+            self._client = httpx.AsyncClient(limits=limits, follow_redirects=False)
+        return self._client
 
     async def aclose(self) -> None:
-        if self._owns_client:
+        if self._owns_client and self._client is not None:
             await self._client.aclose()
+            self._client = None
 
     async def call(
         self,
@@ -167,7 +175,7 @@ class ToolTransport:
         else:
             kwargs["json"] = params
         try:
-            response = await self._client.request(method, capability.url, **kwargs)
+            response = await self._http().request(method, capability.url, **kwargs)
         except httpx.ConnectTimeout:
             return _transport_error(
                 ErrorCategory.TIMEOUT, "CONNECT_TIMEOUT",
