@@ -20,6 +20,7 @@ import httpx
 
 from orchestration.llm.base import LLMRequest, LLMResponse, TokenUsage
 from orchestration.llm.http import (
+    HTTPLLMClient,
     error_for_status,
     json_object_body,
     malformed,
@@ -44,7 +45,7 @@ _STOP_REASONS = {
 _WRAPPED = "value"
 
 
-class AnthropicClient:
+class AnthropicClient(HTTPLLMClient):
     """Talks to ``{base_url}/v1/messages``.
 
     ``max_tokens`` is the answer limit used when a request sets none (the API requires
@@ -71,23 +72,11 @@ class AnthropicClient:
     ) -> None:
         if structured_output not in ("auto", "tool", "none"):
             raise ValueError(f"unknown structured_output mode {structured_output!r}")
-        self.model = model
-        self.base_url = base_url.rstrip("/")
-        self.timeout_s = timeout_s
+        super().__init__(base_url=base_url, model=model, api_key=api_key, timeout_s=timeout_s,
+                         http_client=http_client, extra_headers=extra_headers)
         self.max_tokens = max_tokens
         self.anthropic_version = anthropic_version
         self.structured_output: AnthropicStructuredOutput = structured_output
-        self._api_key = api_key
-        self._extra_headers = dict(extra_headers or {})
-        self._owns_client = http_client is None
-        self._client = http_client or httpx.AsyncClient(timeout=timeout_s)
-
-    def __repr__(self) -> str:
-        # Written out so that the API key can never end up in a repr or a log line.
-        return (
-            f"AnthropicClient(base_url={self.base_url!r}, model={self.model!r}, "
-            f"structured_output={self.structured_output!r})"
-        )
 
     @property
     def url(self) -> str:
@@ -113,11 +102,6 @@ class AnthropicClient:
         if not response.is_success:
             raise error_for_status(response, provider=self.provider, secret=self._api_key)
         return self._parse(response, request, tool=tool, wrapped=wrapped)
-
-    async def aclose(self) -> None:
-        """Close the connection pool, unless the caller lent it to us."""
-        if self._owns_client:
-            await self._client.aclose()
 
     # --- request ---------------------------------------------------------------------
 

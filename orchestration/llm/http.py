@@ -188,3 +188,44 @@ def json_object_body(
     if not isinstance(data, dict):
         raise malformed(response, "answer is not a JSON object", provider, secret)
     return data
+
+
+class HTTPLLMClient:
+    """What every provider client over httpx shares.
+
+    The connection pool (borrowed from the caller, or owned and closed by ``aclose``), the
+    API key and extra headers, and a ``repr`` written out so that the key can never end
+    up in a repr or a log line.
+    """
+
+    provider = "http"
+    structured_output: str
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str | None,
+        timeout_s: float,
+        http_client: httpx.AsyncClient | None,
+        extra_headers: dict[str, str] | None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.timeout_s = timeout_s
+        self._api_key = api_key
+        self._extra_headers = dict(extra_headers or {})
+        self._owns_client = http_client is None
+        self._client = http_client or httpx.AsyncClient(timeout=timeout_s)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(base_url={self.base_url!r}, model={self.model!r}, "
+            f"structured_output={self.structured_output!r})"
+        )
+
+    async def aclose(self) -> None:
+        """Close the connection pool, unless the caller lent it to us."""
+        if self._owns_client:
+            await self._client.aclose()

@@ -24,6 +24,7 @@ import httpx
 
 from orchestration.llm.base import LLMRequest, LLMResponse, TokenUsage
 from orchestration.llm.http import (
+    HTTPLLMClient,
     error_for_status,
     json_object_body,
     malformed,
@@ -52,7 +53,7 @@ _FINISH_REASONS = {
 _RESPONSE_FORMAT_WORDS = ("response_format", "json_schema", "json_object")
 
 
-class OpenAICompatibleClient:
+class OpenAICompatibleClient(HTTPLLMClient):
     """Talks to ``{base_url}/chat/completions`` of an OpenAI-compatible server.
 
     ``base_url`` includes the API version prefix, e.g. ``https://api.openai.com/v1`` or
@@ -81,23 +82,11 @@ class OpenAICompatibleClient:
     ) -> None:
         if structured_output not in ("auto", *_STRENGTH):
             raise ValueError(f"unknown structured_output mode {structured_output!r}")
-        self.base_url = base_url.rstrip("/")
-        self.model = model
-        self.timeout_s = timeout_s
+        super().__init__(base_url=base_url, model=model, api_key=api_key, timeout_s=timeout_s,
+                         http_client=http_client, extra_headers=extra_headers)
         self.structured_output: StructuredOutputMode = structured_output
         self.effective_structured_output: EffectiveStructuredOutput = (
             "json_schema" if structured_output == "auto" else structured_output
-        )
-        self._api_key = api_key
-        self._extra_headers = dict(extra_headers or {})
-        self._owns_client = http_client is None
-        self._client = http_client or httpx.AsyncClient(timeout=timeout_s)
-
-    def __repr__(self) -> str:
-        # Written out so that the API key can never end up in a repr or a log line.
-        return (
-            f"OpenAICompatibleClient(base_url={self.base_url!r}, model={self.model!r}, "
-            f"structured_output={self.structured_output!r})"
         )
 
     @property
@@ -128,11 +117,6 @@ class OpenAICompatibleClient:
             if not response.is_success:
                 raise error_for_status(response, provider=self.provider, secret=self._api_key)
             return self._parse(response, request)
-
-    async def aclose(self) -> None:
-        """Close the connection pool, unless the caller lent it to us."""
-        if self._owns_client:
-            await self._client.aclose()
 
     # --- request ---------------------------------------------------------------------
 
