@@ -110,10 +110,13 @@ class Orchestrator:
         return holder[0]
 
     async def _run_and_close(self, query: str, plan: Plan | dict[str, Any] | None) -> RunResult:
+        """One sync run: its event loop ends with it, so the HTTP pools made for that loop
+        (tools' and the LLM client's) are closed here, inside it."""
         try:
             return await self.arun(query, plan=plan)
         finally:
             await self.aclose()
+            await self.llm.aclose()
 
     async def arun(self, query: str, *, plan: Plan | dict[str, Any] | None = None) -> RunResult:
         """Plan ``query`` (or use the given ``plan``), execute it, synthesise the answer."""

@@ -169,3 +169,16 @@ def test_example_catalog_matches_the_demo_tools(demo_tools: DemoTools) -> None:
     live = Catalog.from_dict(demo_tools.catalog_dict())
     assert {c.key: (c.input_schema, c.method) for c in example} == {
         c.key: (c.input_schema, c.method) for c in live}
+
+
+def test_sync_run_works_again_and_again_with_an_http_llm(
+    openai_server: FakeOpenAIServer, demo_catalog: Catalog, registry: CollectorRegistry,
+) -> None:
+    # each run() has its own event loop; the LLM client's pool must follow it
+    llm = OpenAICompatibleClient(base_url=openai_server.base_url, model="m")
+    orch = Orchestrator(catalog=demo_catalog, llm=llm, registry=registry,
+                        config=OrchestratorConfig(synthesis_enabled=False))
+    for _ in range(3):
+        openai_server.answer(json.dumps(WEATHER_PLAN))
+        assert orch.run("weather in Paris").status == "succeeded"
+    assert len(openai_server.requests) == 3

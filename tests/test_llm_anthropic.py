@@ -360,8 +360,9 @@ async def test_missing_content_is_malformed(
 
 async def test_aclose_closes_only_an_owned_client(anthropic_server: FakeAnthropicServer) -> None:
     own = AnthropicClient(model="m", base_url=anthropic_server.base_url)
+    pool = own._pool()
     await own.aclose()
-    assert own._client.is_closed
+    assert pool.is_closed
 
     async with httpx.AsyncClient() as shared:
         borrowed = AnthropicClient(

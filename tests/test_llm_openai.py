@@ -428,8 +428,9 @@ async def test_long_raw_body_is_truncated(
 
 async def test_aclose_closes_only_an_owned_client(openai_server: FakeOpenAIServer) -> None:
     own = OpenAICompatibleClient(base_url=openai_server.base_url, model="m")
+    pool = own._pool()
     await own.aclose()
-    assert own._client.is_closed
+    assert pool.is_closed
 
     async with httpx.AsyncClient() as shared:
         borrowed = OpenAICompatibleClient(

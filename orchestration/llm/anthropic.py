@@ -91,7 +91,7 @@ class AnthropicClient(HTTPLLMClient):
             tool = tool_name(request.schema_name)
             schema, wrapped = _tool_input_schema(request.response_schema)
         response = await post_json(
-            self._client,
+            self._pool(),
             self.url,
             payload=self._payload(request, tool, schema),
             headers=self._headers(),

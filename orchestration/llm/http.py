@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -193,7 +194,10 @@ def json_object_body(
 class HTTPLLMClient:
     """What every provider client over httpx shares.
 
-    The connection pool (borrowed from the caller, or owned and closed by ``aclose``), the
+    The connection pool: borrowed from the caller (``http_client``, then the caller owns
+    it and its event loop), or owned — created lazily for the running event loop and
+    replaced when a call comes from another loop, because an httpx pool cannot outlive
+    the loop it was made in (each sync ``Orchestrator.run()`` runs its own loop). Also the
     API key and extra headers, and a ``repr`` written out so that the key can never end
     up in a repr or a log line.
     """
@@ -216,8 +220,19 @@ class HTTPLLMClient:
         self.timeout_s = timeout_s
         self._api_key = api_key
         self._extra_headers = dict(extra_headers or {})
-        self._owns_client = http_client is None
-        self._client = http_client or httpx.AsyncClient(timeout=timeout_s)
+        self._lent = http_client
+        self._owned: httpx.AsyncClient | None = None
+        self._owned_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+
+    def _pool(self) -> httpx.AsyncClient:
+        """The pool to send through, made for the running loop if it is ours."""
+        if self._lent is not None:
+            return self._lent
+        loop = asyncio.get_running_loop()
+        if self._owned is None or self._owned_loop is None or self._owned_loop() is not loop:
+            self._owned = httpx.AsyncClient(timeout=self.timeout_s)
+            self._owned_loop = weakref.ref(loop)
+        return self._owned
 
     def __repr__(self) -> str:
         return (
@@ -226,6 +241,7 @@ class HTTPLLMClient:
         )
 
     async def aclose(self) -> None:
-        """Close the connection pool, unless the caller lent it to us."""
-        if self._owns_client:
-            await self._client.aclose()
+        """Close the pool this client owns (never one the caller lent it)."""
+        owned, self._owned, self._owned_loop = self._owned, None, None
+        if owned is not None:
+            await owned.aclose()

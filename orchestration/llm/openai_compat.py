@@ -98,7 +98,7 @@ class OpenAICompatibleClient(HTTPLLMClient):
         mode = self._mode_for(request)
         while True:
             response = await post_json(
-                self._client,
+                self._pool(),
                 self.url,
                 payload=self._payload(request, mode),
                 headers=self._headers(),
