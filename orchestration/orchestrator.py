@@ -150,8 +150,13 @@ class Orchestrator:
             return RunResult(run_id=ctx.run_id, query=ctx.query, status="failed", error=error,
                              plan=plan_dict, usage=ctx.usage, warnings=ctx.warnings)
 
+        # the run deadline bounds planning and synthesis too, not only the steps
+        limit = f"the run deadline ({self.config.run_timeout_s:g}s, ORCH_RUN_TIMEOUT_S)"
         try:
-            validated = await self._plan(ctx, plan)
+            async with asyncio.timeout_at(ctx.run_deadline):
+                validated = await self._plan(ctx, plan)
+        except TimeoutError:
+            return failed(f"planning failed: {limit} passed before a plan was ready")
         except PlanningError as exc:
             return failed(f"planning failed: {exc}")
         except PlanValidationError as exc:
@@ -170,8 +175,11 @@ class Orchestrator:
             result.error = "; ".join(failed_steps)
         if self.config.synthesis_enabled and result.status != "failed":
             try:
-                result.answer = await synthesize(
-                    ctx, {k: s for k, s in steps.items() if k not in superseded})
+                async with asyncio.timeout_at(ctx.run_deadline):
+                    result.answer = await synthesize(
+                        ctx, {k: s for k, s in steps.items() if k not in superseded})
+            except TimeoutError:
+                result.warnings.append(f"answer synthesis skipped: {limit} passed")
             except LLMError as exc:
                 result.warnings.append(f"answer synthesis failed: {exc}")
         return result

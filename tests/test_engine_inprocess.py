@@ -295,3 +295,29 @@ def test_llm_budget_caps_the_run() -> None:
     assert result.status == "failed"
     assert len(llm.requests) == 2
     assert result.error is not None and "limit of 2 LLM calls" in result.error
+
+
+def test_run_deadline_bounds_planning_and_synthesis() -> None:
+    cat = Catalog()
+    cat.add_function(lambda: 1, tool="m", capability="one")
+    slow = ScriptedLLM(lambda r: {"steps": [{"id": "a", "tool": "m", "capability": "one"}]},
+                       latency_s=5.0)
+    t0 = time.perf_counter()
+    result = Orchestrator(catalog=cat, llm=slow, registry=CollectorRegistry(),
+                          config=OrchestratorConfig(run_timeout_s=0.2)).run("q")
+    assert time.perf_counter() - t0 < 2
+    assert result.status == "failed"
+    assert "run deadline (0.2s, ORCH_RUN_TIMEOUT_S) passed before a plan was ready" in (result.error or "")
+
+    async def answer(request: LLMRequest) -> Any:
+        if request.purpose == "plan":
+            return {"steps": [{"id": "a", "tool": "m", "capability": "one"}]}
+        await asyncio.sleep(5)
+        return "too late"
+
+    t0 = time.perf_counter()
+    result = Orchestrator(catalog=cat, llm=ScriptedLLM(answer), registry=CollectorRegistry(),
+                          config=OrchestratorConfig(run_timeout_s=0.3)).run("q")
+    assert time.perf_counter() - t0 < 2
+    assert result.status == "succeeded" and result.answer is None
+    assert any("answer synthesis skipped" in w for w in result.warnings)
