@@ -102,13 +102,16 @@ class ToolTransport:
         fn = capability.function
         assert fn is not None
         try:
-            async with asyncio.timeout(timeout_s):
-                if capability.run_in_thread:
+            if capability.run_in_thread:
+                async with asyncio.timeout(timeout_s):
                     value = await asyncio.to_thread(fn, **params)
-                else:
-                    value = fn(**params)
+            else:
+                # a sync function runs on the loop and cannot be interrupted, so only an
+                # awaitable result gets a timer
+                value = fn(**params)
                 if inspect.isawaitable(value):
-                    value = await value
+                    async with asyncio.timeout(timeout_s):
+                        value = await value
         except ToolFailed as exc:
             return CallResult(
                 error=StepError(
