@@ -596,10 +596,14 @@ def findings(
                    "of it for the run" + (f"; LangGraph {lg_mem['peak_rss_mb']:.0f} MiB."
                                           if lg_mem else "."))
     if first_run is not None:
+        paid = first_run["first_ms"] >= first_run["httpx_client_ms"] / 2
         out.append(f"The first run on a new event loop takes {first_run['first_ms']:.1f} ms for one "
-                   f"no-op step, the next {first_run['second_ms']:.1f} ms: the transport builds an "
-                   f"`httpx.AsyncClient` per loop ({first_run['httpx_client_ms']:.1f} ms alone, "
-                   "mostly the TLS context) even when every tool is in-process.")
+                   f"no-op step, the next {first_run['second_ms']:.1f} ms; building an "
+                   f"`httpx.AsyncClient` costs {first_run['httpx_client_ms']:.1f} ms alone (mostly "
+                   "the TLS context), which "
+                   + ("this run of in-process tools still paid." if paid else
+                      "a run of in-process tools no longer pays (the transport creates its "
+                      "client on the first HTTP call)."))
     return out
 
 
