@@ -16,6 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestration.prompt_text import clip
+
 
 class ErrorCategory(StrEnum):
     """Why a call failed; decides which defense layer (if any) may act on it.
@@ -151,7 +153,7 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
 
 
 def _truncate(text: str, limit: int = MAX_ERROR_BODY_CHARS) -> str:
-    return text if len(text) <= limit else text[:limit] + f"… [truncated {len(text) - limit} chars]"
+    return clip(text, limit)
 
 
 class ClassifiedResponse(BaseModel):

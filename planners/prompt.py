@@ -10,7 +10,6 @@ than in the middle of a run.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field, fields
 from functools import partial
@@ -21,6 +20,7 @@ from typing import Any
 
 from orchestration.catalog import Capability, Catalog
 from orchestration.config import OrchestratorConfig
+from orchestration.prompt_text import data_block
 from planners.selection import Selection, select_capabilities
 from planners.signatures import SignatureRenderer, render_raw_capability
 
@@ -91,13 +91,6 @@ class PlannerTemplates:
 
     def render(self, name: str, **values: str) -> str:
         return Template(getattr(self, name)).substitute(values)
-
-
-def data_block(label: str, text: str) -> str:
-    """``text`` between labelled delimiters so the LLM reads it as data, not instructions."""
-    tag = label.upper().replace(" ", "_")
-    safe = text.replace(f"{tag}>>>", f"{tag}>>\u200b>")  # cannot close the block early
-    return f"<<<{tag}\n{safe}\n{tag}>>>"
 
 
 @dataclass
@@ -188,9 +181,3 @@ _JOIN = 2  # the blank line between messages when they are counted as one text
 def _omitted_note(count: int) -> str:
     return (f"\n({count} other capabilities exist but are not shown: they match this request "
             "less well. Plan with the capabilities above.)")
-
-
-def compact_json(value: Any, limit: int) -> str:
-    """Compact JSON of ``value`` cut to ``limit`` characters with a visible marker."""
-    text = json.dumps(value, ensure_ascii=False, default=str, sort_keys=True)
-    return text if len(text) <= limit else text[:limit] + f"… [truncated {len(text) - limit} chars]"

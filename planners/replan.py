@@ -19,8 +19,8 @@ import networkx as nx
 from orchestration.catalog import Catalog
 from orchestration.errors import PlanIssue, PlanValidationError
 from orchestration.plan import Plan, Step, ValidatedPlan, validate_plan
+from orchestration.prompt_text import data_block, to_json
 from orchestration.result import StepResult
-from planners.prompt import compact_json, data_block
 from planners.references import check_reference_paths
 
 
@@ -78,9 +78,9 @@ class RepairSituation:
             for sid, r in self.results.items() if r.status == "skipped" and sid in self.open_ids
         ]
         return {
-            "plan": data_block("plan", compact_json(plan, total_limit)),
-            "completed": data_block("outputs", compact_json(completed, total_limit)),
-            "failures": data_block("failures", compact_json(failures, total_limit)),
+            "plan": data_block("plan", to_json(plan, total_limit)),
+            "completed": data_block("outputs", to_json(completed, total_limit)),
+            "failures": data_block("failures", to_json(failures, total_limit)),
             "skipped": "\n".join(skipped) or "(none)",
         }
 
@@ -100,7 +100,7 @@ class RepairSituation:
 def _bounded(value: Any, limit: int) -> Any:
     """``value`` itself when its JSON is short enough, else its JSON text cut to ``limit``."""
     text = json.dumps(value, default=str, ensure_ascii=False)
-    return json.loads(text) if len(text) <= limit else compact_json(value, limit)
+    return json.loads(text) if len(text) <= limit else to_json(value, limit)
 
 
 class RepairPlan(ValidatedPlan):

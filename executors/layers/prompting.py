@@ -7,31 +7,11 @@ huge or hostile value can neither blow the prompt nor pass itself off as instruc
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from orchestration.errors import MalformedAnswer
 from orchestration.llm.answers import extract_json
-
-
-def clip(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters, with a marker saying how much was cut."""
-    if len(text) <= limit:
-        return text
-    return text[:limit] + f"… [truncated {len(text) - limit} chars]"
-
-
-def to_json(value: Any, limit: int) -> str:
-    """Compact JSON of ``value``, clipped to ``limit`` characters."""
-    return clip(json.dumps(value, ensure_ascii=False, default=str, sort_keys=True), limit)
-
-
-def data_block(label: str, text: str) -> str:
-    """``text`` between labelled delimiters, so the LLM reads it as data."""
-    tag = label.upper().replace(" ", "_")
-    # a value that contains our closing delimiter must not close the block early
-    safe = text.replace(f"{tag}>>>", f"{tag}>>\u200b>")
-    return f"<<<{tag}\n{safe}\n{tag}>>>"
+from orchestration.prompt_text import clip, data_block, to_json
 
 
 def parse_json_object(text: str) -> dict[str, Any]:
@@ -43,3 +23,6 @@ def parse_json_object(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError(f"expected a JSON object, got {type(value).__name__}")
     return value
+
+
+__all__ = ["clip", "data_block", "parse_json_object", "to_json"]

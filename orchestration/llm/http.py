@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from orchestration.errors import LLMError, LLMErrorKind
+from orchestration.prompt_text import clip
 from orchestration.protocol import parse_retry_after
 
 
@@ -47,7 +48,7 @@ def redact(text: str, secret: str | None) -> str:
 
 
 def truncate(text: str, limit: int = RAW_BODY_LIMIT) -> str:
-    return text if len(text) <= limit else text[:limit] + f"… [truncated {len(text) - limit} chars]"
+    return clip(text, limit)
 
 
 _NAME_INVALID = re.compile(r"[^A-Za-z0-9_-]")
