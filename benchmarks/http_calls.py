@@ -110,7 +110,7 @@ async def bare_calls(url: str, calls: int, concurrency: int,
 async def transport_calls(url: str, calls: int, concurrency: int) -> float:
     """The same calls through dagwright's ``ToolTransport.call`` alone (no engine): it
     splits the added time into HTTP-client use and the engine's per-step work."""
-    from orchestration.transport import ToolTransport  # internal: measured, not used
+    from orchestration._transport import ToolTransport  # internal: measured, not used
 
     catalog = Catalog()
     cap = catalog.add_http(tool="fast", capability="call", url=url, method="POST",

@@ -297,15 +297,15 @@ def component_costs(n: int = 1000) -> list[tuple[str, float]]:
     """Each piece of per-step work timed alone (µs per step), without the profiler's skew.
 
     These use the engine's building blocks directly — only to measure them; what a
-    happy-path step does is listed in :mod:`executors.step_runner`.
+    happy-path step does is listed in :mod:`executors._step_runner`.
     """
     from opentelemetry import trace as ot_trace
 
-    from executors.binding import bind_params
-    from executors.prepared import PreparedCapability
+    from executors._binding import bind_params
+    from executors._prepare import PreparedCapability
     from orchestration.result import Attempt, StepResult
     from orchestration.telemetry import Telemetry
-    from orchestration.telemetry.tracing import redact_attributes
+    from orchestration.telemetry._tracing import redact_attributes
 
     catalog = bench_catalog()
     cap = catalog.get("bench", "noop")
@@ -454,7 +454,7 @@ def in_situ_costs(n: int, repeats: int) -> list[dict[str, Any]]:
     """
     from opentelemetry import trace as ot_trace
 
-    from executors import prepared
+    from executors import _prepare as prepared
 
     pieces = {
         "engine tracer": ("the tracer wrapper (span redaction + log context)",

@@ -3,8 +3,6 @@
 The public API lives here; see ``docs/api.md``.
 """
 
-from typing import TYPE_CHECKING, Any
-
 from orchestration.catalog import Capability, Catalog
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import (
@@ -23,6 +21,7 @@ from orchestration.errors import (
 )
 from orchestration.llm.base import LLMClient, LLMRequest, LLMResponse, TokenUsage
 from orchestration.llm.scripted import ScriptedLLM
+from orchestration.orchestrator import Orchestrator
 from orchestration.plan import Plan, Step, ValidatedPlan, validate_plan
 from orchestration.protocol import (
     ErrorCategory,
@@ -33,21 +32,8 @@ from orchestration.protocol import (
 )
 from orchestration.result import Attempt, RunResult, RunUsage, StepResult
 
-if TYPE_CHECKING:
-    from orchestration.orchestrator import Orchestrator
-
 __version__ = "0.1.0"
 
-
-def __getattr__(name: str) -> Any:
-    """Import the facade lazily: it pulls in ``planners`` and ``executors``, which
-    themselves import ``orchestration`` contracts, so an eager import would be circular
-    whenever an ``executors`` module is imported first."""
-    if name == "Orchestrator":
-        from orchestration.orchestrator import Orchestrator
-
-        return Orchestrator
-    raise AttributeError(f"module 'orchestration' has no attribute {name!r}")
 
 __all__ = [
     "Attempt", "Capability", "Catalog", "CatalogError", "ConfigError", "DagwrightError",

@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestration._transport import ToolTransport
 from orchestration.catalog import Catalog
 from orchestration.clock import Clock
 from orchestration.config import OrchestratorConfig
-from orchestration.llm.gateway import LLMGateway
+from orchestration.llm._gateway import LLMGateway
 from orchestration.result import RunUsage
 from orchestration.telemetry import Telemetry
-from orchestration.transport import ToolTransport
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Loggers are named ``dagwright.*``. The ids come from a context variable that follows
 the run: the orchestrator sets the run id for the whole run, and the tracer sets the
-step id while a step's span is current (see :mod:`orchestration.telemetry.tracing`), so
+step id while a step's span is current (see :mod:`orchestration.telemetry._tracing`), so
 concurrent steps never see each other's ids. The OpenTelemetry trace and span ids of the
 current span are added when tracing is on, so a log line leads to its trace.
 

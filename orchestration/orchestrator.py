@@ -14,26 +14,26 @@ from typing import Any
 from opentelemetry.trace import Status, StatusCode, TracerProvider
 from prometheus_client import CollectorRegistry
 
-from executors.executor import Executor
+from executors._executor import Executor
 from executors.layers import default_handlers
 from executors.recovery import RecoveryHandler
+from orchestration._synthesis import synthesize
+from orchestration._transport import ToolTransport
 from orchestration.catalog import Catalog
 from orchestration.clock import Clock
 from orchestration.config import OrchestratorConfig
 from orchestration.context import RunContext
 from orchestration.debug_store import LLMDebugStore
 from orchestration.errors import ConfigError, LLMError, PlanningError, PlanValidationError
+from orchestration.llm._factory import client_from_config
+from orchestration.llm._gateway import DebugRecorder, LLMGateway
 from orchestration.llm.base import LLMClient
-from orchestration.llm.factory import client_from_config
-from orchestration.llm.gateway import DebugRecorder, LLMGateway
 from orchestration.logging_setup import get_logger, log_context
 from orchestration.plan import Plan, ValidatedPlan, validate_plan
 from orchestration.redaction import Redactor
 from orchestration.result import RunResult, RunStatus, RunUsage, StepResult
-from orchestration.synthesis import synthesize
 from orchestration.telemetry import Telemetry
-from orchestration.telemetry import tracing as attr
-from orchestration.transport import ToolTransport
+from orchestration.telemetry import _tracing as attr
 from planners.planner import Planner
 
 log = get_logger("dagwright.run")

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestration.prompt_text import clip
+from orchestration._text import clip
 
 
 class ErrorCategory(StrEnum):

@@ -8,9 +8,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from orchestration._json import extract_json as extract_answer_json
 from orchestration.catalog import Capability
 from orchestration.errors import MalformedAnswer, PlanParseError
-from orchestration.llm.answers import extract_json as extract_answer_json
 from orchestration.plan import STEP_ID_PATTERN, Plan
 
 

@@ -43,13 +43,13 @@ from orchestration.errors import (
 )
 from orchestration.llm.base import LLMRequest
 from orchestration.plan import ValidatedPlan, validate_plan
-from orchestration.telemetry import tracing as attr
+from orchestration.telemetry import _tracing as attr
+from planners._references import check_reference_paths
+from planners._selection import Selection
 from planners.feedback import DefaultFeedbackFormatter, FeedbackFormatter, PlanFeedback
 from planners.parsing import parse_plan, plan_response_schema
 from planners.prompt import BuiltPrompt, PlannerTemplates, PromptBuilder
-from planners.references import check_reference_paths
 from planners.replan import RepairPlan, RepairSituation, validate_repair
-from planners.selection import Selection
 from planners.signatures import SignatureRenderer
 
 T = TypeVar("T")

@@ -18,10 +18,10 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
+from orchestration._text import data_block
 from orchestration.catalog import Capability, Catalog
 from orchestration.config import OrchestratorConfig
-from orchestration.prompt_text import data_block
-from planners.selection import Selection, select_capabilities
+from planners._selection import Selection, select_capabilities
 from planners.signatures import SignatureRenderer, render_raw_capability
 
 TEMPLATE_FIELDS: dict[str, frozenset[str]] = {

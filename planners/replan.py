@@ -16,12 +16,12 @@ from typing import Any
 
 import networkx as nx
 
+from orchestration._text import data_block, to_json
 from orchestration.catalog import Catalog
 from orchestration.errors import PlanIssue, PlanValidationError
 from orchestration.plan import Plan, Step, ValidatedPlan, validate_plan
-from orchestration.prompt_text import data_block, to_json
 from orchestration.result import StepResult
-from planners.references import check_reference_paths
+from planners._references import check_reference_paths
 
 
 @dataclass

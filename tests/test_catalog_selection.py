@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from orchestration import Catalog, Orchestrator, OrchestratorConfig, ScriptedLLM
 from orchestration.llm.base import LLMRequest
-from planners.selection import BM25, tokenize
+from planners._selection import BM25, tokenize
 
 DOMAINS = ["billing", "crm", "inventory", "hr", "shipping", "support", "analytics", "calendar",
            "storage", "mail"]

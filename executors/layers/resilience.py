@@ -27,7 +27,7 @@ from orchestration.config import OrchestratorConfig
 from orchestration.errors import ConfigError
 from orchestration.protocol import ErrorCategory, StepError
 from orchestration.retry_policy import RetryPolicy, policy_for, retry_key
-from orchestration.telemetry import tracing as attr
+from orchestration.telemetry import _tracing as attr
 
 COUNTER = "resilience"
 

@@ -32,22 +32,22 @@ from typing import Any
 
 from opentelemetry import trace
 
-from executors.binding import BindingFailure, bind_params
-from executors.layers.prompting import clip, data_block, parse_json_object, to_json
+from executors._binding import BindingFailure, bind_params
+from executors._step_runner import layer_setting
+from executors.layers._prompting import clip, data_block, parse_json_object, to_json
 from executors.layers.resilience import (
     annotate_last_attempt,
     carries_structured_error,
     resend_blocked,
 )
 from executors.recovery import Decision, GiveUp, StepState
-from executors.step_runner import layer_setting
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import ConfigError, LLMBudgetExceeded, LLMError
 from orchestration.llm.base import LLMRequest
 from orchestration.protocol import ErrorCategory, StepError
 from orchestration.result import Attempt
 from orchestration.retry_policy import policy_for, retry_key
-from orchestration.telemetry import tracing as attr
+from orchestration.telemetry import _tracing as attr
 
 PURPOSE = "semantic_retry"
 COUNTER = "semantic_retry"

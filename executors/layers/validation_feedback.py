@@ -36,15 +36,15 @@ from typing import Any
 from opentelemetry import trace
 from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError, model_validator
 
-from executors.layers.prompting import clip, data_block, parse_json_object, to_json
+from executors._step_runner import layer_setting
+from executors.layers._prompting import clip, data_block, parse_json_object, to_json
 from executors.recovery import Decision, GiveUp, StepState
-from executors.step_runner import layer_setting
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import LLMError
 from orchestration.llm.base import LLMRequest
 from orchestration.protocol import ErrorCategory, StepError
 from orchestration.result import Attempt, Layer
-from orchestration.telemetry import tracing as attr
+from orchestration.telemetry import _tracing as attr
 
 PURPOSE = "validation_feedback"
 """The ``purpose`` of this layer's LLM requests (metrics, debug store, scripted LLMs)."""

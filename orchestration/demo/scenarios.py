@@ -1,61 +1,19 @@
-"""The offline demo: scenario queries run through the full engine against the demo tools.
+"""The offline demo's scenarios: the engine, layers 2-3, then layer 4 (in that order).
 
-The LLM here is SCRIPTED: each scenario says which plan "the model" writes (including
-the mistakes real models make), and the scripted answers to layer 3/4 and synthesis
-requests are computed from what those requests contain. The tools, the HTTP traffic,
-the scheduler and every defense layer are real.
+See :mod:`orchestration.demo.scenario` for how the scripted model answers.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from orchestration.demo.tools import DemoTools
+from orchestration.demo.scenario import Scenario, block_json, scripted_llm_for, scripted_synthesis
+from orchestration.demo.scenarios_layer4 import layer4_scenarios
 from orchestration.llm.base import LLMRequest
 
-Answer = str | dict[str, Any]
-Responder = Callable[[LLMRequest], Answer]
-
-
-@dataclass
-class Scenario:
-    """One demo query: the plan the scripted planner writes and what it shows."""
-
-    name: str
-    query: str
-    plan: dict[str, Any]
-    shows: str
-    expect_status: str = "succeeded"
-    setup: Callable[[DemoTools], None] | None = None
-    responders: dict[str, Responder] = field(default_factory=dict)
-
-
-def _results_block(prompt: str) -> list[dict[str, Any]]:
-    match = re.search(r"<<<RESULTS\n(.*)\nRESULTS>>>", prompt, re.S)
-    return json.loads(match.group(1)) if match else []
-
-
-def scripted_synthesis(request: LLMRequest) -> str:
-    """A deterministic 'answer' listing what each step returned (no model involved)."""
-    lines = []
-    for entry in _results_block(request.prompt_text):
-        if entry["status"] == "succeeded":
-            output = entry["output"]
-            lines.append(f"{entry['step']}: {output[:160]}{'…' if len(output) > 160 else ''}")
-        else:
-            lines.append(f"{entry['step']}: {entry['status']} ({entry.get('error') or entry.get('reason')})")
-    return "Scripted summary of the tool results:\n" + "\n".join(lines)
-
-
-def _block(prompt: str, label: str) -> Any:
-    """The JSON inside a ``<<<LABEL ... LABEL>>>`` data block of a layer prompt."""
-    tag = label.upper().replace(" ", "_")
-    match = re.search(rf"<<<{tag}\n(.*?)\n{tag}>>>", prompt, re.S)
-    return json.loads(match.group(1)) if match else None
+__all__ = ["Scenario", "scenarios", "scripted_llm_for", "scripted_synthesis",
+           "scripted_validation_fix"]
 
 
 def scripted_validation_fix(request: LLMRequest) -> dict[str, Any]:
@@ -65,8 +23,8 @@ def scripted_validation_fix(request: LLMRequest) -> dict[str, Any]:
     itself explains: a value above a ``maximum`` is set to that maximum, a currency
     written as a word is mapped to its ISO code. Anything else: cannot fix.
     """
-    params = dict(_block(request.prompt_text, "failed parameters") or {})
-    errors = _block(request.prompt_text, "validation errors") or []
+    params = dict(block_json(request.prompt_text, "failed parameters") or {})
+    errors = block_json(request.prompt_text, "validation errors") or []
     words = {"euro": "EUR", "euros": "EUR", "dollar": "USD", "dollars": "USD",
              "pound": "GBP", "pounds": "GBP", "yen": "JPY", "franc": "CHF"}
     notes = []
@@ -88,8 +46,6 @@ def scripted_validation_fix(request: LLMRequest) -> dict[str, Any]:
 
 def scenarios() -> list[Scenario]:
     """The demo scenarios, in the order they run: the engine, layers 2-3, layer 4."""
-    from orchestration.demo.scenarios_layer4 import layer4_scenarios
-
     return [*_base_scenarios(), *layer4_scenarios()]
 
 
@@ -171,19 +127,3 @@ def _base_scenarios() -> list[Scenario]:
             ]},
         ),
     ]
-
-
-def scripted_llm_for(scenario: Scenario) -> Responder:
-    """The scripted LLM of one scenario: its plan, its layer answers, a synthesis."""
-
-    def respond(request: LLMRequest) -> Answer:
-        if request.purpose == "plan":
-            return scenario.plan
-        if request.purpose in scenario.responders:
-            return scenario.responders[request.purpose](request)
-        if request.purpose == "synthesis":
-            return scripted_synthesis(request)
-        raise LookupError(f"scenario {scenario.name!r} has no scripted answer for "
-                          f"purpose {request.purpose!r}")
-
-    return respond

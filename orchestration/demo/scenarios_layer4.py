@@ -1,6 +1,6 @@
 """Demo scenarios for layer 4 (semantic retry), the transient override and resilience.
 
-As in :mod:`orchestration.demo.scenarios`, the LLM is scripted, but its layer answers are
+As in :mod:`orchestration.demo.scenario`, the LLM is scripted, but its layer answers are
 computed from what each request actually contains (the query, the upstream outputs, the
 error the tool sent), so the demo shows the engine handing the model the right material.
 Faults are injected into the real demo tools through each scenario's ``setup``.
@@ -12,15 +12,9 @@ import json
 import re
 from typing import Any
 
-from orchestration.demo.scenarios import Scenario
+from orchestration.demo.scenario import Scenario, block_text
 from orchestration.demo.tools import DemoTools, NotFoundAs503, RateLimited, ServiceUnavailable, Status
 from orchestration.llm.base import LLMRequest
-
-
-def _block(prompt: str, label: str) -> str:
-    """The text of a ``<<<LABEL … LABEL>>>`` data block of a layer prompt ('' if absent)."""
-    match = re.search(rf"<<<{label}\n(.*?)\n{label}>>>", prompt, re.S)
-    return match.group(1) if match else ""
 
 
 def _no_fix(analysis: str) -> dict[str, Any]:
@@ -36,8 +30,8 @@ def _layer3_cannot_know(request: LLMRequest) -> dict[str, Any]:
 def _proceeds(request: LLMRequest) -> dict[str, Any]:
     """Shares from the query × the price step 1 returned, as a model would compute it."""
     prompt = request.prompt_text
-    shares = re.search(r"(\d+(?:\.\d+)?)\s+\w*\s*shares", _block(prompt, "USER_QUERY"))
-    price = re.search(r'"price":\s*([0-9.]+)', _block(prompt, "UPSTREAM_OUTPUTS"))
+    shares = re.search(r"(\d+(?:\.\d+)?)\s+\w*\s*shares", block_text(prompt, "USER_QUERY"))
+    price = re.search(r'"price":\s*([0-9.]+)', block_text(prompt, "UPSTREAM_OUTPUTS"))
     if not shares or not price:
         return _no_fix("the query or the quote does not give the number of shares and the price")
     amount = round(float(shares.group(1)) * float(price.group(1)), 6)
@@ -49,7 +43,7 @@ def _proceeds(request: LLMRequest) -> dict[str, Any]:
 def _suggested_name(request: LLMRequest) -> dict[str, Any]:
     """Take the name the tool's error suggests ("did you mean 'Tokyo'?")."""
     try:
-        error = json.loads(_block(request.prompt_text, "ERROR"))
+        error = json.loads(block_text(request.prompt_text, "ERROR"))
     except ValueError:
         return _no_fix("the error could not be read")
     hint = str(error.get("details", {}).get("hint", ""))
@@ -64,7 +58,7 @@ def _suggested_name(request: LLMRequest) -> dict[str, Any]:
 def _transient_if_timeout(request: LLMRequest) -> dict[str, Any]:
     """Timeouts and overloads pass: declare them transient whatever the tool's flag says."""
     try:
-        error = json.loads(_block(request.prompt_text, "ERROR"))
+        error = json.loads(block_text(request.prompt_text, "ERROR"))
     except ValueError:
         return _no_fix("the error could not be read")
     text = f"{error.get('code', '')} {error.get('message', '')}".lower()

@@ -18,8 +18,7 @@ from typing import Any, Literal
 
 import httpx
 
-from orchestration.llm.base import LLMRequest, LLMResponse, TokenUsage
-from orchestration.llm.http import (
+from orchestration.llm._http import (
     HTTPLLMClient,
     error_for_status,
     json_object_body,
@@ -28,6 +27,7 @@ from orchestration.llm.http import (
     token_count,
     tool_name,
 )
+from orchestration.llm.base import LLMRequest, LLMResponse, TokenUsage
 from orchestration.llm.scripted import estimate_tokens
 
 AnthropicStructuredOutput = Literal["auto", "tool", "none"]

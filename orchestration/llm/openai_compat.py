@@ -6,12 +6,12 @@ Ollama, llama.cpp, LM Studio, ...). Those servers differ mostly in how much of
 for the strongest form (``json_schema``) and steps down to ``json_object`` and then to
 nothing when the server rejects it, remembering the step for later calls.
 
-The client never retries a failed call itself: the :class:`~orchestration.llm.gateway`
+The client never retries a failed call itself: the :class:`~orchestration.llm._gateway`
 does that with backoff and a budget. It only classifies every failure into an
 :class:`~orchestration.errors.LLMError` so the gateway can decide.
 
 The HTTP plumbing shared with :mod:`orchestration.llm.anthropic` lives in
-:mod:`orchestration.llm.http`.
+:mod:`orchestration.llm._http`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ from typing import Any, Literal
 
 import httpx
 
-from orchestration.llm.base import LLMRequest, LLMResponse, TokenUsage
-from orchestration.llm.http import (
+from orchestration.llm._http import (
     HTTPLLMClient,
     error_for_status,
     json_object_body,
@@ -33,6 +32,7 @@ from orchestration.llm.http import (
     token_count,
     tool_name,
 )
+from orchestration.llm.base import LLMRequest, LLMResponse, TokenUsage
 from orchestration.llm.scripted import estimate_tokens
 
 StructuredOutputMode = Literal["auto", "json_schema", "json_object", "none"]

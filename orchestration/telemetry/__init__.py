@@ -1,7 +1,7 @@
 """Observability: OpenTelemetry traces and Prometheus metrics for every layer.
 
-* :mod:`~orchestration.telemetry.tracing` — attribute names, the redacting tracer,
-  :func:`~orchestration.telemetry.tracing.add_event` for layer events;
+* :mod:`~orchestration.telemetry._tracing` — attribute names, the redacting tracer,
+  :func:`~orchestration.telemetry._tracing.add_event` for layer events;
 * :mod:`~orchestration.telemetry.metrics` — every ``orchestration_*`` metric;
 * :mod:`~orchestration.telemetry.serving` — :func:`serve_metrics` for ``/metrics``;
 * :mod:`~orchestration.telemetry.exporters` — the CLI's span exporters.
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from opentelemetry.trace import Tracer, TracerProvider
 from prometheus_client import CollectorRegistry
 
+from orchestration.telemetry._tracing import get_tracer
 from orchestration.telemetry.metrics import Metrics
 from orchestration.telemetry.serving import MetricsServer, multiprocess_registry, serve_metrics
-from orchestration.telemetry.tracing import get_tracer
 
 
 @dataclass

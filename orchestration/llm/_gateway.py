@@ -20,7 +20,7 @@ from orchestration.errors import LLMBudgetExceeded, LLMError, LLMErrorKind
 from orchestration.llm.base import LLMClient, LLMRequest, LLMResponse
 from orchestration.result import RunUsage
 from orchestration.telemetry import Telemetry
-from orchestration.telemetry import tracing as attr
+from orchestration.telemetry import _tracing as attr
 
 DebugRecorder = Callable[[LLMRequest, LLMResponse | None, BaseException | None, float], None]
 

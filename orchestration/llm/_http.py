@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 
+from orchestration._text import clip
 from orchestration.errors import LLMError, LLMErrorKind
-from orchestration.prompt_text import clip
 from orchestration.protocol import parse_retry_after
 
 

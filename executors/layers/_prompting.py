@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestration._json import extract_json
+from orchestration._text import clip, data_block, to_json
 from orchestration.errors import MalformedAnswer
-from orchestration.llm.answers import extract_json
-from orchestration.prompt_text import clip, data_block, to_json
 
 
 def parse_json_object(text: str) -> dict[str, Any]:

@@ -16,15 +16,15 @@ from typing import Any
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from executors.binding import BindingFailure, bind_params
-from executors.prepared import CapabilityCache
+from executors._binding import BindingFailure, bind_params
+from executors._prepare import CapabilityCache
 from executors.recovery import Decision, GiveUp, RecoveryHandler, StepState, observe_attempt
 from orchestration.catalog import Capability
 from orchestration.context import RunContext
 from orchestration.plan import ValidatedPlan
 from orchestration.protocol import ErrorCategory, StepError
 from orchestration.result import Attempt, CoercionRecord, Layer, StepResult
-from orchestration.telemetry import tracing as attr
+from orchestration.telemetry import _tracing as attr
 
 
 def layer_setting(capability: Capability, ctx: RunContext, name: str) -> Any:

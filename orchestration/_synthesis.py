@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from orchestration._text import clip
 from orchestration.context import RunContext
 from orchestration.llm.base import LLMRequest
-from orchestration.prompt_text import clip
 from orchestration.result import StepResult
 
 SYNTHESIS_INSTRUCTIONS = """\

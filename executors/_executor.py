@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from executors.prepared import CapabilityCache
+from executors._prepare import CapabilityCache
+from executors._scheduler import run_dag
+from executors._step_runner import StepRunner
 from executors.recovery import RecoveryHandler
-from executors.scheduler import run_dag
-from executors.step_runner import StepRunner
 from orchestration.context import RunContext
 from orchestration.plan import ValidatedPlan
 from orchestration.protocol import ErrorCategory, StepError
