@@ -1,6 +1,9 @@
 """Executors: run a plan as a DAG, with the defense layers 2-4 and resilience.
 
-``coerce`` (layer 2) is public API for users' own code.
+Public here: layer 2 (``coerce``, ``Coercer``) for users' own code, and what a custom
+recovery handler needs (``RecoveryHandler``, ``StepState``, ``Decision``, ``GiveUp``,
+the fault predicates of :mod:`executors.faults`, the standard layers in
+:mod:`executors.layers`). Modules with a leading underscore are internal.
 """
 
 # The public API is loaded before any engine module: ``orchestration`` composes this
@@ -9,5 +12,7 @@
 # package. Importing ``orchestration`` here makes every import order work.
 import orchestration  # noqa: F401  (isort: the first import, on purpose)
 from executors.coercion import Coercer, CoercionChange, CoercionResult, coerce
+from executors.recovery import Decision, GiveUp, RecoveryHandler, StepState
 
-__all__ = ["Coercer", "CoercionChange", "CoercionResult", "coerce"]
+__all__ = ["Coercer", "CoercionChange", "CoercionResult", "Decision", "GiveUp",
+           "RecoveryHandler", "StepState", "coerce"]

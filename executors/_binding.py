@@ -1,4 +1,4 @@
-"""Reference binding: replace ``{{step.path}}`` in parameters with upstream outputs.
+"""The bind stage: replace ``{{step.path}}`` in parameters with upstream outputs.
 
 A whole-value reference keeps the JSON type of what it points at (a number stays a
 number); a reference inside a longer string is interpolated (non-strings as JSON).
@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from orchestration.plan import REFERENCE_RE, Reference, parse_references, whole_reference
+from orchestration.protocol import ErrorCategory, ErrorSource, StepError
 
 
 class BindingFailure(Exception):
@@ -84,3 +85,21 @@ def bind_params(params: dict[str, Any], outputs: Mapping[str, Any]) -> dict[str,
     bound = _bind(params, outputs, "$")
     assert isinstance(bound, dict)
     return bound
+
+
+def bind(params: dict[str, Any], outputs: Mapping[str, Any]) -> dict[str, Any] | StepError:
+    """The bind stage: ``params`` with references resolved, or the binding error (nothing
+    is sent; layer 4 may re-resolve the value from the trajectory)."""
+    try:
+        return bind_params(params, outputs)
+    except BindingFailure as failure:
+        return StepError(
+            category=ErrorCategory.BINDING_ERROR,
+            code="UNRESOLVED_REFERENCE",
+            message=str(failure),
+            source=ErrorSource.BINDING,
+            retryable=True,
+            request_sent=False,
+            details={"param": failure.param_path, "reference": failure.reference.text,
+                     "reason": failure.reason},
+        )

@@ -6,10 +6,11 @@ from executors._prepare import CapabilityCache
 from executors._scheduler import run_dag
 from executors._step_runner import StepRunner
 from executors.recovery import RecoveryHandler
-from orchestration.context import RunContext
 from orchestration.plan import ValidatedPlan
-from orchestration.protocol import ErrorCategory, StepError
+from orchestration.protocol import ErrorCategory, ErrorSource, StepError
 from orchestration.result import StepResult
+from orchestration.services import RunServices
+from orchestration.state import RunState
 
 
 class Executor:
@@ -17,39 +18,48 @@ class Executor:
 
     ``handlers`` is the recovery chain consulted after a failed attempt (see
     :mod:`executors.recovery`); :func:`executors.layers.default_handlers` builds the
-    standard one from the configuration.
+    standard one.
     """
 
     def __init__(self, handlers: list[RecoveryHandler] | None = None) -> None:
         self.capabilities = CapabilityCache()
         self.handlers: list[RecoveryHandler] = list(handlers or [])
 
-    async def execute(self, plan: ValidatedPlan, ctx: RunContext) -> dict[str, StepResult]:
-        runner = StepRunner(ctx, plan, self.capabilities, self.handlers)
+    async def execute(
+        self, plan: ValidatedPlan, run: RunState, services: RunServices
+    ) -> dict[str, StepResult]:
+        """Run every step of ``plan``; each result is recorded in ``run`` as it finishes.
+
+        Returns this plan's results in plan order.
+        """
+        runner = StepRunner(plan, run, services, self.capabilities, self.handlers)
 
         async def run_step(step_id: str) -> StepResult:
             try:
-                return await runner.run(step_id)
+                result = await runner.run_step(step_id)
             except Exception as exc:  # a bug must fail the step, never the run
                 step = plan.steps[step_id]
-                return StepResult(
+                result = StepResult(
                     id=step_id, tool=step.tool, capability=step.capability, status="failed",
                     error=StepError(
                         category=ErrorCategory.INTERNAL_ERROR, code="EXECUTOR_ERROR",
-                        message=f"{type(exc).__name__}: {exc}", step_id=step_id,
-                        tool=step.tool, capability=step.capability,
+                        message=f"{type(exc).__name__}: {exc}", source=ErrorSource.ENGINE,
+                        step_id=step_id, tool=step.tool, capability=step.capability,
                     ),
                 )
+            run.record_step(result)
+            return result
 
         def skip_step(step_id: str, reason: str) -> StepResult:
             step = plan.steps[step_id]
-            ctx.telemetry.metrics.steps.labels(step.tool, step.capability, "skipped").inc()
-            return StepResult(
-                id=step_id, tool=step.tool, capability=step.capability, status="skipped",
-                skipped_reason=reason,
-            )
+            services.observer.step_skipped(step)
+            result = StepResult(id=step_id, tool=step.tool, capability=step.capability,
+                                status="skipped", skipped_reason=reason)
+            run.record_step(result)
+            return result
 
-        return await run_dag(
-            plan, run_step, skip_step,
-            max_concurrency=ctx.config.max_concurrency, deadline=ctx.run_deadline,
-        )
+        results = await run_dag(plan, run_step, skip_step,
+                                max_concurrency=services.config.max_concurrency,
+                                deadline=services.deadline)
+        run.arrange(list(results))
+        return results

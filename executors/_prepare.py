@@ -1,7 +1,10 @@
-"""Per-capability work done once: the schema coercer and the pre-flight validator.
+"""The prepare stage: coerce the bound parameters (layer 2), then validate them.
 
-Building a validator and resolving ``$ref``s costs far more than using them, so both are
-prepared the first time a capability is called and reused for every later call.
+What leaves this stage is either parameters the capability's schema accepts, with every
+change layer 2 made, or the validation error that says exactly what is still wrong —
+nothing is sent in that case. Building a validator and a coercer costs far more than
+using them, so both are made once per capability (:class:`CapabilityCache`) and reused
+by every call of every run.
 """
 
 from __future__ import annotations
@@ -9,14 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
-from jsonschema.validators import validator_for
-
 from executors.coercion import Coercer
+from orchestration import _schema
 from orchestration.catalog import Capability
+from orchestration.protocol import ErrorCategory, ErrorSource, StepError
+from orchestration.result import CoercionRecord
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ValidationIssue:
     """One schema violation: the JSON path of the bad value and what is wrong."""
 
@@ -28,11 +31,15 @@ class ValidationIssue:
         return {"path": self.path, "message": self.message, "validator": self.validator}
 
 
-def _json_path(parts: Any) -> str:
-    out = "$"
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return out
+@dataclass(frozen=True, slots=True)
+class PreparedCall:
+    """The outcome of the prepare stage: ``params`` to send (``error`` is None), or the
+    validation ``error`` that stops the attempt; ``coercions`` either way."""
+
+    params: dict[str, Any]
+    coercions: list[CoercionRecord]
+    error: StepError | None = None
+    issues: tuple[ValidationIssue, ...] = ()
 
 
 class PreparedCapability:
@@ -41,17 +48,42 @@ class PreparedCapability:
     def __init__(self, capability: Capability) -> None:
         self.capability = capability
         schema = capability.input_schema
-        cls = validator_for(schema, default=jsonschema.Draft202012Validator)
-        self.validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
-        self.coercer = Coercer(schema, format_checker=cls.FORMAT_CHECKER)
+        self.validator = _schema.validator(schema)
+        # the coercer's "already valid" must mean what validation means, formats included
+        self.coercer = Coercer(schema, format_checker=_schema.format_checker(schema))
 
     def validate(self, params: Any) -> list[ValidationIssue]:
         """Every violation of the input schema (not just the first), sorted by path."""
         issues = [
-            ValidationIssue(_json_path(err.absolute_path), err.message, str(err.validator))
+            ValidationIssue(_schema.json_path(err.absolute_path), err.message, str(err.validator))
             for err in self.validator.iter_errors(params)
         ]
         return sorted(issues, key=lambda i: (i.path, i.message))
+
+    def prepare(self, params: dict[str, Any], *, coerce: bool) -> PreparedCall:
+        """Coerce ``params`` (when layer 2 is on for this capability), then validate."""
+        coercions: list[CoercionRecord] = []
+        known_valid = False
+        if coerce:
+            coerced = self.coercer.coerce(params)
+            known_valid = coerced.known_valid  # same validator: no need to check twice
+            if coerced.changes:
+                params = coerced.value
+                coercions = [CoercionRecord(path=c.path, old=c.old, new=c.new, rule=c.rule)
+                             for c in coerced.changes]
+        issues = () if known_valid else tuple(self.validate(params))
+        if not issues:
+            return PreparedCall(params, coercions)
+        error = StepError(
+            category=ErrorCategory.VALIDATION_ERROR,
+            code="INVALID_PARAMETERS",
+            message="; ".join(f"{i.path}: {i.message}" for i in issues[:10]),
+            source=ErrorSource.VALIDATION,
+            retryable=True,
+            request_sent=False,
+            details={"errors": [i.to_dict() for i in issues]},
+        )
+        return PreparedCall(params, coercions, error, issues)
 
 
 class CapabilityCache:

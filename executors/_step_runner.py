@@ -1,271 +1,199 @@
-"""Runs one step to its end: bind → coerce → validate → invoke → classify → recover.
+"""The life of one step, top to bottom.
 
-Every attempt is recorded, whatever happens, so a failed step always carries its whole
-history. The step's deadline (its own timeout or the run's, whichever comes first)
-bounds everything, LLM calls and backoff waits included.
+::
+
+    bind      executors/_binding.py   {{references}} → values from upstream outputs
+    prepare   executors/_prepare.py   layer 2 coercion, then schema validation
+    send      executors/_send.py      one call through the transport (timeout, trace
+                                      context, idempotency key)
+    classify  orchestration/protocol.py, orchestration/_transport.py
+                                      whatever came back → data or a StepError with its
+                                      source; executors/faults.py says what it means
+    decide    executors/recovery.py   the recovery chain (resilience, layer 3, layer 4)
+                                      → a Decision (try again with these parameters),
+                                      a GiveUp, or nothing
+
+A :class:`~executors.recovery.Decision` is passed whole from one attempt to the next, and
+every attempt — sent, rejected by validation, or stopped by binding — is recorded by
+:meth:`StepRunner._record`, so a failed step always carries its whole history. The step's
+deadline (its own timeout or the run's, whichever comes first) bounds everything, LLM
+calls and backoff waits included.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import time
+from dataclasses import replace
 from typing import Any
 
-from opentelemetry import propagate, trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
-
-from executors._binding import BindingFailure, bind_params
-from executors._prepare import CapabilityCache
-from executors.recovery import Decision, GiveUp, RecoveryHandler, StepState, observe_attempt
-from orchestration.catalog import Capability
-from orchestration.context import RunContext
-from orchestration.plan import ValidatedPlan
-from orchestration.protocol import ErrorCategory, StepError
-from orchestration.result import Attempt, CoercionRecord, Layer, StepResult
-from orchestration.telemetry import _tracing as attr
-
-
-def layer_setting(capability: Capability, ctx: RunContext, name: str) -> Any:
-    """A layer setting, with the capability's catalog override winning over the config."""
-    if name in capability.layers:
-        return capability.layers[name]
-    return getattr(ctx.config, name)
-
-
-def idempotency_key(run_id: str, step_id: str, params: dict[str, Any]) -> str:
-    """Stable per run, step and parameters, so every re-send of the same call matches."""
-    canonical = json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(f"{run_id}\x00{step_id}\x00{canonical}".encode()).hexdigest()[:32]
+from executors._binding import bind
+from executors._prepare import CapabilityCache, PreparedCall
+from executors._send import send
+from executors.recovery import (
+    Decision,
+    GiveUp,
+    RecoveryHandler,
+    StepState,
+    ask_handlers,
+    observe_attempt,
+)
+from orchestration.plan import Step, ValidatedPlan
+from orchestration.protocol import ErrorCategory, ErrorSource, StepError
+from orchestration.result import Attempt, AttemptOutcome, StepResult
+from orchestration.retry_policy import RetryPolicy
+from orchestration.services import RunServices
+from orchestration.state import RunState
 
 
 class StepRunner:
-    """Executes steps of one run; shared by all of that run's step tasks."""
+    """Runs the steps of one plan of one run; shared by all of its step tasks."""
 
     def __init__(
         self,
-        ctx: RunContext,
         plan: ValidatedPlan,
+        run: RunState,
+        services: RunServices,
         capabilities: CapabilityCache,
         handlers: list[RecoveryHandler],
     ) -> None:
-        self.ctx = ctx
         self.plan = plan
+        self.run = run
+        self.services = services
         self.capabilities = capabilities
         self.handlers = handlers
 
-    async def run(self, step_id: str) -> StepResult:
+    async def run_step(self, step_id: str) -> StepResult:
+        """Run ``step_id`` to its end; a failure is a failed result, never an exception."""
         step = self.plan.steps[step_id]
-        capability = self.ctx.catalog.get(step.tool, step.capability)
-        state = StepState(step, capability, self.ctx, self.plan)
+        state = self._state(step)
+        services = self.services
         loop = asyncio.get_running_loop()
-        started = loop.time()
-        wall_started = time.time()
-        deadline = min(started + self.ctx.config.step_timeout_s, self.ctx.run_deadline)
-        tracer = self.ctx.telemetry.tracer
-        span_attrs = {
-            attr.GEN_AI_OPERATION: "execute_tool",
-            attr.GEN_AI_TOOL_NAME: capability.key,
-            attr.GEN_AI_TOOL_CALL_ID: f"{self.ctx.run_id}:{step_id}",
-            attr.RUN_ID: self.ctx.run_id,
-            attr.STEP_ID: step_id,
-            attr.CAPABILITY: capability.key,
-            attr.TOOL: capability.tool,
-            attr.GEN_AI_TOOL_TYPE: "function" if capability.function is not None else "extension",
-        }
-        with tracer.start_as_current_span(
-            f"execute_tool {capability.key}", attributes=span_attrs
-        ) as span:
+        started, wall_started = loop.time(), time.time()
+        deadline = min(started + services.config.step_timeout_s, services.deadline)
+        with services.observer.step(self.run.run_id, step, state.capability) as observation:
+            state.observation = observation
             try:
                 async with asyncio.timeout_at(deadline):
-                    output, error = await self._run(state, deadline)
+                    output, error = await self._attempts(state, deadline)
             except TimeoutError:
-                which = "run" if deadline == self.ctx.run_deadline else "step"
-                limit = (self.ctx.config.run_timeout_s if which == "run"
-                         else self.ctx.config.step_timeout_s)
-                output, error = None, StepError(
-                    category=ErrorCategory.TIMEOUT,
-                    code=f"{which.upper()}_DEADLINE_EXCEEDED",
-                    message=f"the {which} deadline ({limit:g}s) passed "
-                    f"after {len(state.attempts)} attempt(s)",
-                    retryable=False,
-                )
-            if error is not None:
-                error = error.model_copy(
-                    update={"step_id": step_id, "tool": step.tool, "capability": step.capability}
-                )
-                span.set_status(Status(StatusCode.ERROR, error.describe()))
-                span.set_attribute("error.type", error.category.value)
-            span.set_attribute(attr.ATTEMPT, len(state.attempts))
-            span.set_attribute(attr.STEP_STATUS, "succeeded" if error is None else "failed")
-            if state.attempts:
-                span.set_attribute(attr.LAYER, state.attempts[-1].layer)
-        duration = loop.time() - started
-        status = "succeeded" if error is None else "failed"
-        metrics = self.ctx.telemetry.metrics
-        metrics.child(metrics.steps, step.tool, step.capability, status).inc()
-        metrics.child(metrics.step_duration, step.tool, step.capability).observe(duration)
-        if error is None:
-            self.ctx.outputs[step_id] = output
-        return StepResult(
-            id=step_id,
-            tool=step.tool,
-            capability=step.capability,
-            status=status,
-            output=output,
-            error=error,
-            attempts=state.attempts,
-            started_at_s=wall_started,
-            duration_s=duration,
-        )
-
-    async def _run(self, state: StepState, deadline: float) -> tuple[Any, StepError | None]:
-        """The attempt loop; returns (output, None) or (None, final error)."""
-        layer: Layer = "plan"
-        delay = 0.0
-        analysis: str | None = None
-        note: str | None = None
-        try:
-            params = bind_params(state.step.params, self.ctx.outputs)
-        except BindingFailure as failure:
-            error = StepError(
-                category=ErrorCategory.BINDING_ERROR,
-                code="UNRESOLVED_REFERENCE",
-                message=str(failure),
-                retryable=True,
-                request_sent=False,
-                details={"param": failure.param_path, "reference": failure.reference.text,
-                         "reason": failure.reason},
+                output, error = None, self._deadline_error(state, deadline)
+            result = StepResult(
+                id=step.id, tool=step.tool, capability=step.capability,
+                status="succeeded" if error is None else "failed", output=output,
+                error=None if error is None else error.model_copy(update={
+                    "step_id": step.id, "tool": step.tool, "capability": step.capability}),
+                attempts=state.attempts, started_at_s=wall_started,
+                duration_s=loop.time() - started,
             )
-            state.attempts.append(
-                Attempt(number=1, layer="plan", params=dict(state.step.params),
-                        outcome="unbound", error=error)
-            )
-            state.params = dict(state.step.params)
-            decision = await self._recover(state, error)
-            if not isinstance(decision, Decision):
-                return None, self._final_error(error, decision)
-            params, layer, delay = decision.params, decision.layer, decision.delay_s
-            analysis, note = decision.analysis, decision.note
+            observation.finished(result)
+        return result
 
+    def _state(self, step: Step) -> StepState:
+        """What the layers see of this step: its capability, settings and retry policy.
+
+        The catalog and plan validated every override when they loaded, so resolving
+        them here cannot fail on a well-formed run.
+        """
+        services = self.services
+        capability = services.catalog.get(step.tool, step.capability)
+        settings = services.layers.with_overrides(
+            capability.layers, source=f"capability {capability.key!r} layers")
+        policy = RetryPolicy.for_call(
+            services.config,
+            (capability.retry, f"capability {capability.key!r} retry overrides"),
+            (step.retry, f"step {step.id!r} ({capability.key}) retry overrides"))
+        return StepState(step=step, capability=capability, plan=self.plan, run=self.run,
+                         services=services, settings=settings, retry_policy=policy)
+
+    # --- the attempt loop ---------------------------------------------------------------
+    async def _attempts(self, state: StepState, deadline: float) -> tuple[Any, StepError | None]:
+        """bind → prepare → send → classify → decide, until a call succeeds or the chain
+        stops; returns ``(output, None)`` or ``(None, final error)``."""
+        decision = Decision(params=dict(state.step.params), layer="plan")
+        bound = bind(decision.params, self.run.outputs)
+        if isinstance(bound, StepError):
+            state.params = decision.params
+            attempt, output = self._record(state, decision, "unbound", bound), None
+        else:
+            attempt, output = await self._attempt(state, replace(decision, params=bound), deadline)
+        cap = self.services.config.max_attempts_per_step
         while True:
-            attempt, output = await self._attempt(
-                state, params, layer, delay, analysis, note, deadline
-            )
             observe_attempt(self.handlers, state, attempt)
             if attempt.outcome == "succeeded":
                 return output, None
             assert attempt.error is not None
-            if len(state.attempts) >= self.ctx.config.max_attempts_per_step:
-                return None, self._final_error(
-                    attempt.error,
-                    GiveUp(f"reached max_attempts_per_step={self.ctx.config.max_attempts_per_step}"),
-                )
-            decision = await self._recover(state, attempt.error)
-            if not isinstance(decision, Decision):
-                return None, self._final_error(attempt.error, decision)
-            params, layer, delay = decision.params, decision.layer, decision.delay_s
-            analysis, note = decision.analysis, decision.note
-
-    async def _recover(self, state: StepState, error: StepError) -> Decision | GiveUp | None:
-        """Ask each handler in order; the first answer wins."""
-        for handler in self.handlers:
-            decision = await handler.decide(state, error)
-            if decision is not None:
-                return decision
-        return None
-
-    @staticmethod
-    def _final_error(error: StepError, decision: GiveUp | None) -> StepError:
-        if decision is None:
-            return error
-        return error.model_copy(update={"details": {**error.details, "gave_up": decision.reason}})
+            if len(state.attempts) >= cap:
+                return None, _final_error(attempt.error,
+                                          GiveUp(f"reached max_attempts_per_step={cap}"))
+            verdict = await ask_handlers(self.handlers, state, attempt.error)
+            if not isinstance(verdict, Decision):
+                return None, _final_error(attempt.error, verdict)
+            attempt, output = await self._attempt(state, verdict, deadline)
 
     async def _attempt(
-        self,
-        state: StepState,
-        params: dict[str, Any],
-        layer: Layer,
-        delay: float,
-        analysis: str | None,
-        note: str | None,
-        deadline: float,
+        self, state: StepState, decision: Decision, deadline: float
     ) -> tuple[Attempt, Any]:
-        ctx, cap = self.ctx, state.capability
-        metrics = ctx.telemetry.metrics
+        """One attempt with the decision's parameters: prepare, and send if they are valid."""
+        if decision.delay_s > 0:
+            await self.services.clock.sleep(decision.delay_s)
         number = len(state.attempts) + 1
-        if delay > 0:
-            await ctx.clock.sleep(delay)
-        prepared = self.capabilities.get(cap)
-        coercions: list[CoercionRecord] = []
-        known_valid = False
-        if layer_setting(cap, ctx, "type_coercion_enabled"):
-            coerced = prepared.coercer.coerce(params)
-            known_valid = coerced.known_valid  # same validator: no need to check twice
-            if coerced.changes:
-                params = coerced.value
-                coercions = [
-                    CoercionRecord(path=c.path, old=c.old, new=c.new, rule=c.rule)
-                    for c in coerced.changes
-                ]
-                metrics.child(metrics.type_coercion_applied, cap.tool, cap.name).inc()
-                attr.add_event(trace.get_current_span(), "type_coercion_applied", {
-                    attr.STEP_ID: state.step.id, attr.CAPABILITY: cap.key, attr.ATTEMPT: number,
-                    "coercion.count": len(coercions),
-                    "coercion.paths": ",".join(c.path for c in coercions),
-                })
-        state.params = params
-        issues = [] if known_valid else prepared.validate(params)
-        if issues:
-            error = StepError(
-                category=ErrorCategory.VALIDATION_ERROR,
-                code="INVALID_PARAMETERS",
-                message="; ".join(f"{i.path}: {i.message}" for i in issues[:10]),
-                retryable=True,
-                request_sent=False,
-                details={"errors": [i.to_dict() for i in issues]},
-            )
-            metrics.child(metrics.tool_errors, cap.tool, cap.name, error.category.value).inc()
-            attempt = Attempt(
-                number=number, layer=layer, params=params, outcome="invalid", error=error,
-                delay_s=delay, coercions=coercions,
-                validation_errors=[i.to_dict() for i in issues], analysis=analysis, note=note,
-            )
-            state.attempts.append(attempt)
-            return attempt, None
+        prepared = self.capabilities.get(state.capability).prepare(
+            decision.params, coerce=state.settings.type_coercion_enabled)
+        observation = state.observation
+        assert observation is not None
+        if prepared.coercions:
+            observation.report("type_coercion_applied", {
+                "dagwright.attempt": number, "coercion.count": len(prepared.coercions),
+                "coercion.paths": ",".join(c.path for c in prepared.coercions)})
+        state.params = prepared.params
+        if prepared.error is not None:
+            observation.rejected(prepared.error)
+            return self._record(state, decision, "invalid", prepared.error, prepared), None
+        result = await send(state, prepared.params, layer=decision.layer, number=number,
+                            deadline=deadline)
+        outcome: AttemptOutcome = "succeeded" if result.error is None else "failed"
+        attempt = self._record(state, decision, outcome, result.error, prepared,
+                               latency_s=result.latency_s)
+        return attempt, result.data
 
-        loop = asyncio.get_running_loop()
-        timeout = min(cap.timeout_s or ctx.config.tool_timeout_s, max(0.001, deadline - loop.time()))
-        with ctx.telemetry.tracer.start_as_current_span(
-            f"tool_call {cap.key}",
-            kind=SpanKind.CLIENT,
-            attributes={attr.GEN_AI_TOOL_NAME: cap.key, attr.RUN_ID: ctx.run_id,
-                        attr.STEP_ID: state.step.id, attr.CAPABILITY: cap.key,
-                        attr.LAYER: layer, attr.ATTEMPT: number, **attr.endpoint_attributes(cap)},
-        ) as span:
-            headers: dict[str, str] = {}
-            if cap.function is None:
-                propagate.inject(headers)
-                if cap.idempotency_key_header:
-                    headers[cap.idempotency_key_header] = idempotency_key(
-                        ctx.run_id, state.step.id, params
-                    )
-            result = await ctx.transport.call(cap, params, timeout_s=timeout, headers=headers)
-            if result.error is not None:
-                span.set_status(Status(StatusCode.ERROR, result.error.message[:200]))
-                span.set_attribute("error.type", result.error.category.value)
-                if result.error.http_status is not None:
-                    span.set_attribute("http.response.status_code", result.error.http_status)
-        metrics.child(metrics.tool_call_duration, cap.tool, cap.name).observe(result.latency_s)
-        outcome = "succeeded" if result.ok else "failed"
-        metrics.child(metrics.tool_calls, cap.tool, cap.name, outcome).inc()
-        if result.error is not None:
-            metrics.child(metrics.tool_errors, cap.tool, cap.name, result.error.category.value).inc()
+    @staticmethod
+    def _record(
+        state: StepState,
+        decision: Decision,
+        outcome: AttemptOutcome,
+        error: StepError | None,
+        prepared: PreparedCall | None = None,
+        *,
+        latency_s: float = 0.0,
+    ) -> Attempt:
+        """Build the attempt of ``decision`` and add it to the step's history: the one
+        place attempts are made."""
         attempt = Attempt(
-            number=number, layer=layer, params=params, outcome=outcome, error=result.error,
-            latency_s=result.latency_s, delay_s=delay, coercions=coercions, analysis=analysis,
-            note=note,
+            number=len(state.attempts) + 1, layer=decision.layer,
+            params=prepared.params if prepared is not None else decision.params,
+            outcome=outcome, error=error, latency_s=latency_s, delay_s=decision.delay_s,
+            coercions=prepared.coercions if prepared is not None else [],
+            validation_errors=[i.to_dict() for i in prepared.issues] if prepared else [],
+            analysis=decision.analysis, note=decision.note,
         )
         state.attempts.append(attempt)
-        return attempt, result.data
+        return attempt
+
+    def _deadline_error(self, state: StepState, deadline: float) -> StepError:
+        config = self.services.config
+        which = "run" if deadline == self.services.deadline else "step"
+        limit = config.run_timeout_s if which == "run" else config.step_timeout_s
+        return StepError(
+            category=ErrorCategory.TIMEOUT, code=f"{which.upper()}_DEADLINE_EXCEEDED",
+            message=f"the {which} deadline ({limit:g}s) passed after {len(state.attempts)} "
+                    "attempt(s)",
+            source=ErrorSource.ENGINE, retryable=False,
+        )
+
+
+def _final_error(error: StepError, verdict: GiveUp | None) -> StepError:
+    """The step's final error: the last attempt's, with why the retries stopped."""
+    if verdict is None:
+        return error
+    return error.model_copy(update={"details": {**error.details, "gave_up": verdict.reason}})

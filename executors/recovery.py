@@ -2,26 +2,44 @@
 
 After an attempt fails, the step runner asks an ordered chain of
 :class:`RecoveryHandler` s what to do. The first handler that returns a
-:class:`Decision` wins; when none does, the step fails with its whole history. Resilience
-(same parameters after a transport fault), layer 3 (validation feedback) and layer 4
-(semantic retry) are handlers; a service can add its own.
+:class:`Decision` or a :class:`GiveUp` wins; when none does, the step fails with its whole
+history. Resilience (same parameters after a transport fault), layer 3 (validation
+feedback) and layer 4 (semantic retry) are handlers; a service can add its own.
+
+A handler sees the step through a :class:`StepState`: the step, its capability, the
+settings that apply to it, its attempts so far, and the run (its state and services).
+It reports what it decided with :meth:`StepState.report` (a named fact the observer turns
+into span events and metrics) and never touches telemetry itself.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestration.catalog import Capability
-from orchestration.context import RunContext
+from orchestration.layer_settings import LayerSettings
 from orchestration.plan import Step, ValidatedPlan
 from orchestration.protocol import StepError
 from orchestration.result import Attempt, Layer
+from orchestration.retry_policy import RetryPolicy
+from orchestration.services import RunServices
+from orchestration.state import RunState
+
+if TYPE_CHECKING:
+    from orchestration.telemetry._observer import StepObservation
+
+__all__ = ["Decision", "GiveUp", "RecoveryHandler", "StepState", "ask_handlers"]
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Decision:
-    """Try the step again with ``params`` (produced by ``layer``) after ``delay_s``."""
+    """Try the step again with ``params`` (produced by ``layer``) after ``delay_s``.
+
+    The runner passes a decision whole to the next attempt: the parameters go through
+    coercion and validation again, the rest is recorded on the attempt.
+    """
 
     params: dict[str, Any]
     layer: Layer
@@ -30,25 +48,34 @@ class Decision:
     note: str | None = None
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class GiveUp:
     """Stop trying: the step fails, ``reason`` is added to the final error's details."""
 
     reason: str
 
 
-@dataclass
+@dataclass(slots=True)
 class StepState:
-    """What a handler may look at: the step, its capability, its attempts so far."""
+    """What a handler may look at: the step, its capability and settings, its attempts
+    so far, and the run it belongs to.
+
+    ``params`` are the last parameters tried (after coercion); ``counters`` count uses
+    per layer; ``notes`` is scratch space where a layer leaves its verdict for later ones.
+    """
 
     step: Step
     capability: Capability
-    ctx: RunContext
     plan: ValidatedPlan
+    run: RunState
+    services: RunServices
+    settings: LayerSettings
+    retry_policy: RetryPolicy
+    observation: StepObservation | None = None
     attempts: list[Attempt] = field(default_factory=list)
-    params: dict[str, Any] | None = None  # the last parameters tried (after coercion)
-    counters: dict[str, int] = field(default_factory=dict)  # uses per layer/handler
-    notes: dict[str, Any] = field(default_factory=dict)  # scratch space for handlers
+    params: dict[str, Any] | None = None
+    counters: dict[str, int] = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def last_attempt(self) -> Attempt | None:
@@ -61,15 +88,29 @@ class StepState:
         self.counters[key] = self.counters.get(key, 0) + 1
         return self.counters[key]
 
+    @property
+    def retry_key(self) -> str:
+        """The jitter key of this step's waits: stable across runs of the same plan."""
+        return f"{self.step.tool}.{self.step.capability}:{self.step.id}"
+
+    def report(self, fact: str, attributes: Mapping[str, Any] | None = None) -> None:
+        """Tell the observer what a layer decided (see ``LAYER_EVENT_METRICS``)."""
+        if self.observation is not None:
+            self.observation.report(fact, attributes or {})
+
+    def annotate_last_attempt(self, text: str) -> None:
+        """Record ``text`` on the latest attempt, so the history says why the step stopped."""
+        last = self.last_attempt
+        if last is not None:
+            last.note = f"{last.note}; {text}" if last.note else text
+
     def dependency_outputs(self) -> dict[str, Any]:
         """Outputs of the steps this one depends on, direct and transitive."""
         # ancestors() rather than the plan's own order: a repair plan's steps depend on
         # steps completed in an earlier round, which are not part of its order
-        return {
-            sid: self.ctx.outputs[sid]
-            for sid in sorted(self.plan.ancestors(self.step.id))
-            if sid in self.ctx.outputs
-        }
+        outputs = self.run.outputs
+        return {sid: outputs[sid] for sid in sorted(self.plan.ancestors(self.step.id))
+                if sid in outputs}
 
     @property
     def is_independent(self) -> bool:
@@ -80,11 +121,22 @@ class RecoveryHandler(Protocol):
     """Looks at a failed attempt and returns a decision, a give-up, or None (not mine).
 
     A handler may also define ``observe(state, attempt) -> None`` (sync); the step runner
-    calls it after every attempt, success included, so a layer can tell whether the
-    parameters it produced worked (its success/failure metrics and events).
+    calls it after every attempt, success included, so a layer can report whether the
+    parameters it produced worked.
     """
 
     async def decide(self, state: StepState, error: StepError) -> Decision | GiveUp | None: ...
+
+
+async def ask_handlers(
+    handlers: list[RecoveryHandler], state: StepState, error: StepError
+) -> Decision | GiveUp | None:
+    """The decide stage: ask each handler in order; the first answer wins."""
+    for handler in handlers:
+        decision = await handler.decide(state, error)
+        if decision is not None:
+            return decision
+    return None
 
 
 def observe_attempt(handlers: list[RecoveryHandler], state: StepState, attempt: Attempt) -> None:

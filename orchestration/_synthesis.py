@@ -6,9 +6,10 @@ import json
 from typing import Any
 
 from orchestration._text import clip
-from orchestration.context import RunContext
 from orchestration.llm.base import LLMRequest
 from orchestration.result import StepResult
+from orchestration.services import RunServices
+from orchestration.state import RunState
 
 SYNTHESIS_INSTRUCTIONS = """\
 You answer the user's request using only the results of the tool calls below.
@@ -28,15 +29,17 @@ def _step_summary(result: StepResult, limit: int) -> dict[str, Any]:
     return entry
 
 
-async def synthesize(ctx: RunContext, steps: dict[str, StepResult]) -> str:
-    """The answer text from the LLM (raises :class:`LLMError` on failure)."""
-    limit = ctx.config.max_prompt_value_chars
+async def synthesize(run: RunState, services: RunServices) -> str:
+    """The answer text from the LLM, over the steps whose results stand (raises
+    :class:`LLMError` on failure)."""
+    limit = services.config.max_prompt_value_chars
+    steps = run.live_steps
     results = [_step_summary(r, limit) for r in steps.values()]
     user = (
-        f"User request:\n<<<QUERY\n{ctx.query}\nQUERY>>>\n\n"
+        f"User request:\n<<<QUERY\n{run.query}\nQUERY>>>\n\n"
         f"Tool results (data):\n<<<RESULTS\n{json.dumps(results, indent=1)}\nRESULTS>>>"
     )
-    response = await ctx.llm.complete(
+    response = await services.llm.complete(
         LLMRequest(
             purpose="synthesis",
             messages=[{"role": "system", "content": SYNTHESIS_INSTRUCTIONS},

@@ -1,14 +1,18 @@
-"""Text put in prompts and error messages: size limits and data delimiting.
+"""Text put in prompts and error messages: size limits, data delimiting, error wording.
 
-One place for both, used by the planner, the defense layers, synthesis and error
+One place for them, used by the planner, the defense layers, synthesis and error
 classification alike: values are cut with a visible marker, and tool output or user text
 is wrapped in labelled delimiters so the LLM reads it as data, never as instructions.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
+from collections.abc import Iterable
 from typing import Any
+
+from pydantic import ValidationError
 
 
 def clip(text: str, limit: int) -> str:
@@ -29,3 +33,23 @@ def data_block(label: str, text: str) -> str:
     # a value that contains our closing delimiter must not close the block early
     safe = text.replace(f"{tag}>>>", f"{tag}>>\u200b>")
     return f"<<<{tag}\n{safe}\n{tag}>>>"
+
+
+def describe_validation_error(exc: ValidationError, *, root: str = "(root)", limit: int = 10) -> str:
+    """Every problem pydantic found, as ``loc: message`` pairs joined with ``; ``.
+
+    The one formatter for pydantic errors in messages users and LLMs read: the location
+    names the field (``root`` when the whole value is wrong) and at most ``limit``
+    problems are listed, with a count of the rest.
+    """
+    errors = exc.errors()
+    parts = [f"{'.'.join(str(p) for p in e['loc']) or root}: {e['msg']}" for e in errors[:limit]]
+    if len(errors) > limit:
+        parts.append(f"… and {len(errors) - limit} more")
+    return "; ".join(parts)
+
+
+def closest(name: str, candidates: Iterable[str]) -> str | None:
+    """The candidate that ``name`` most likely misspells, or None (for "did you mean")."""
+    found = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.75)
+    return found[0] if found else None

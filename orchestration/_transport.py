@@ -19,7 +19,7 @@ import httpx
 
 from orchestration.catalog import Capability
 from orchestration.errors import ToolFailed
-from orchestration.protocol import ErrorCategory, StepError, classify_http_response
+from orchestration.protocol import ErrorCategory, ErrorSource, StepError, classify_http_response
 
 
 @dataclass
@@ -128,25 +128,29 @@ class ToolTransport:
                     category=ErrorCategory.TIMEOUT,
                     code="TOOL_TIMEOUT",
                     message=f"Python tool did not return within {timeout_s:g}s",
-                    retryable=True,
-                )
-            )
-        except TypeError as exc:
-            # most often: the parameters do not match the function's signature
-            return CallResult(
-                error=StepError(
-                    category=ErrorCategory.INPUT_ERROR,
-                    code="BAD_ARGUMENTS",
-                    message=f"{type(exc).__name__}: {exc}",
+                    source=ErrorSource.TRANSPORT,
                     retryable=True,
                 )
             )
         except Exception as exc:
+            if isinstance(exc, TypeError) and not _fits_signature(fn, params):
+                # the parameters do not match the function's signature: nothing ran
+                return CallResult(
+                    error=StepError(
+                        category=ErrorCategory.INPUT_ERROR,
+                        code="BAD_ARGUMENTS",
+                        message=f"{type(exc).__name__}: {exc}",
+                        source=ErrorSource.VALIDATION,
+                        retryable=True,
+                        request_sent=False,
+                    )
+                )
             return CallResult(
                 error=StepError(
                     category=ErrorCategory.INTERNAL_ERROR,
                     code="TOOL_RAISED",
                     message=f"Python tool raised {type(exc).__name__}: {exc}",
+                    source=ErrorSource.RAISED,
                     retryable=False,
                 )
             )
@@ -158,6 +162,7 @@ class ToolTransport:
                     category=ErrorCategory.INVALID_RESPONSE,
                     code="NOT_JSON_SERIALISABLE",
                     message=f"Python tool returned a value that is not JSON: {exc}",
+                    source=ErrorSource.RESPONSE,
                 )
             )
         return CallResult(data=value)
@@ -215,6 +220,19 @@ class ToolTransport:
 def _transport_error(category: ErrorCategory, code: str, message: str, *, sent: bool) -> CallResult:
     return CallResult(
         error=StepError(
-            category=category, code=code, message=message, retryable=True, request_sent=sent
+            category=category, code=code, message=message, source=ErrorSource.TRANSPORT,
+            retryable=True, request_sent=sent,
         )
     )
+
+
+def _fits_signature(fn: Any, params: dict[str, Any]) -> bool:
+    """Whether ``fn`` accepts ``params`` as keywords (checked only after a TypeError, to
+    tell a call that never started from a tool that raised TypeError itself)."""
+    try:
+        inspect.signature(fn).bind(**params)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (some builtins): assume it was the call
+        return False
+    return True

@@ -22,7 +22,10 @@ import yaml
 from jsonschema.validators import validator_for
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from orchestration._text import describe_validation_error
 from orchestration.errors import CatalogError, ConfigError
+from orchestration.layer_settings import check_layer_overrides
+from orchestration.retry_policy import check_overrides
 
 _TOOL_DEFAULTS = ("timeout_s", "headers", "retry", "layers")
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
@@ -121,21 +124,24 @@ class Catalog:
         self._tool_descriptions: dict[str, str] = {}
 
     # --- building -----------------------------------------------------------------
-    def add(self, capability: Capability, *, replace: bool = False) -> Capability:
-        """Register a capability after checking its schemas."""
+    def add(
+        self, capability: Capability, *, replace: bool = False, where: str | None = None
+    ) -> Capability:
+        """Register a capability after checking its schemas and its ``retry`` and
+        ``layers`` overrides; errors name ``where`` (the file and tool) and the capability."""
         key = (capability.tool, capability.name)
+        prefix = f"{where}: " if where else ""
+        name = f"{prefix}capability {capability.key!r}"
         if key in self._caps and not replace:
-            raise CatalogError(f"capability {capability.key!r} is defined twice")
-        check_schema(capability.input_schema, f"capability {capability.key!r}")
-        if capability.retry:
-            from orchestration.retry_policy import check_overrides
-
-            try:
-                check_overrides(capability.retry, source=f"capability {capability.key!r}")
-            except ConfigError as exc:
-                raise CatalogError(str(exc)) from exc
+            raise CatalogError(f"{name} is defined twice")
+        check_schema(capability.input_schema, name)
+        try:
+            check_overrides(capability.retry, source=name)
+            check_layer_overrides(capability.layers, source=name)
+        except ConfigError as exc:
+            raise CatalogError(str(exc)) from exc
         if capability.output_schema is not None:
-            check_schema(capability.output_schema, f"capability {capability.key!r} output")
+            check_schema(capability.output_schema, f"{name} output")
         self._caps[key] = capability
         self._tool_descriptions.setdefault(capability.tool, "")
         return capability
@@ -201,12 +207,12 @@ class Catalog:
             **fields,
         )
 
-    def _build_and_add(self, where: str, **fields: Any) -> Capability:
+    def _build_and_add(self, where: str, *, source: str | None = None, **fields: Any) -> Capability:
         try:
             cap = Capability(**fields)
         except ValidationError as exc:
-            raise CatalogError(f"{where}: {_pydantic_errors(exc)}") from exc
-        return self.add(cap)
+            raise CatalogError(f"{where}: {describe_validation_error(exc)}") from exc
+        return self.add(cap, where=source)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "catalog") -> Catalog:
@@ -251,7 +257,8 @@ class Catalog:
                     fields["url"] = base_url + "/" + str(raw["path"]).lstrip("/")
                 else:
                     raise CatalogError(f"{where}: capability {raw['name']!r} needs 'url' or 'path'")
-                catalog._build_and_add(f"{where} capability {raw['name']!r}", tool=name, **fields)
+                catalog._build_and_add(f"{where} capability {raw['name']!r}", source=source,
+                                       tool=name, **fields)
         return catalog
 
     @classmethod
@@ -328,11 +335,3 @@ class Catalog:
                 item["url"] = f"python:{getattr(cap.function, '__qualname__', 'callable')}"
             entry["capabilities"].append(item)
         return {"tools": list(tools.values())}
-
-
-def _pydantic_errors(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
-        parts.append(f"{loc}: {err['msg']}")
-    return "; ".join(parts)

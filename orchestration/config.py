@@ -13,19 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-DEFAULT_VALIDATION_ERROR_PATTERNS: tuple[str, ...] = (
-    "cannot unmarshal",
-    "type mismatch",
-    "is not of type",
-    "must be greater than",
-    "must be less than",
-    "must be positive",
-    "must be a number",
-    "is required",
-    "cannot be empty",
-    "invalid value",
-    "is not one of",
-)
+from orchestration.layer_settings import DEFAULT_VALIDATION_ERROR_PATTERNS
 
 
 class OrchestratorConfig(BaseSettings):

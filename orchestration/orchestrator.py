@@ -11,7 +11,7 @@ import time
 import uuid
 from typing import Any
 
-from opentelemetry.trace import Status, StatusCode, TracerProvider
+from opentelemetry.trace import TracerProvider
 from prometheus_client import CollectorRegistry
 
 from executors._executor import Executor
@@ -22,21 +22,24 @@ from orchestration._transport import ToolTransport
 from orchestration.catalog import Catalog
 from orchestration.clock import Clock
 from orchestration.config import OrchestratorConfig
-from orchestration.context import RunContext
 from orchestration.debug_store import LLMDebugStore
 from orchestration.errors import ConfigError, LLMError, PlanningError, PlanValidationError
+from orchestration.layer_settings import LayerSettings
 from orchestration.llm._factory import client_from_config
 from orchestration.llm._gateway import DebugRecorder, LLMGateway
 from orchestration.llm.base import LLMClient
-from orchestration.logging_setup import get_logger, log_context
 from orchestration.plan import Plan, ValidatedPlan, validate_plan
 from orchestration.redaction import Redactor
-from orchestration.result import RunResult, RunStatus, RunUsage, StepResult
+from orchestration.result import RunResult, RunStatus, StepResult
+from orchestration.retry_policy import RetryPolicy
+from orchestration.services import RunServices
+from orchestration.state import RunState
 from orchestration.telemetry import Telemetry
-from orchestration.telemetry import _tracing as attr
+from orchestration.telemetry._observer import Observer
 from planners.planner import Planner
+from planners.replan import RepairSituation
 
-log = get_logger("dagwright.run")
+__all__ = ["Orchestrator", "run_status"]
 
 
 def run_status(steps: dict[str, StepResult]) -> RunStatus:
@@ -74,10 +77,12 @@ class Orchestrator:
         self.llm = llm if llm is not None else client_from_config(self.config)
         self.telemetry = Telemetry.create(tracer_provider, registry)
         self.redactor = Redactor.from_config(self.config, catalog)
+        self.observer = Observer(self.telemetry, self.redactor)
         self.debug_store = LLMDebugStore.from_config(self.config, self.redactor)
         self.clock = clock or Clock()
+        self.layers = LayerSettings.from_config(self.config)
         self.planner = planner or Planner()
-        self.executor = Executor(handlers if handlers is not None else default_handlers(self.config))
+        self.executor = Executor(handlers if handlers is not None else default_handlers())
         self._transports: dict[int, ToolTransport] = {}
 
     @classmethod
@@ -121,148 +126,120 @@ class Orchestrator:
     async def arun(self, query: str, *, plan: Plan | dict[str, Any] | None = None) -> RunResult:
         """Plan ``query`` (or use the given ``plan``), execute it, synthesise the answer."""
         started = time.perf_counter()
-        ctx = self._new_context(query)
-        run_id = ctx.run_id
-        with (
-            log_context(run_id=run_id, redactor=self.redactor),
-            self.telemetry.tracer.start_as_current_span(
-                "invoke_agent dagwright",
-                attributes={attr.GEN_AI_OPERATION: "invoke_agent",
-                            attr.GEN_AI_AGENT_NAME: "dagwright", attr.RUN_ID: run_id},
-            ) as span,
-        ):
-            trace_id = span.get_span_context().trace_id
-            log.info("run started", extra={"planned_by": "caller" if plan is not None else "llm"})
-            result = await self._run(ctx, plan)
-            result.trace_id = f"{trace_id:032x}" if trace_id else None
-            span.set_attribute("dagwright.run.status", result.status)
-            if result.status != "succeeded":
-                span.set_status(Status(StatusCode.ERROR, result.error or result.status))
-            _log_run_end(result, time.perf_counter() - started)
-        result.usage.wall_time_s = time.perf_counter() - started
-        metrics = self.telemetry.metrics
-        metrics.runs.labels(result.status).inc()
-        metrics.run_duration.labels(result.status).observe(result.usage.wall_time_s)
-        return result
+        run = RunState(run_id=uuid.uuid4().hex, query=query)
+        services = self._services(run)
+        planned_by = "caller" if plan is not None else "llm"
+        with self.observer.run(run, planned_by=planned_by) as observation:
+            run.trace_id = observation.trace_id
+            await self._run(run, services, plan)
+        run.usage.wall_time_s = time.perf_counter() - started
+        return run.to_result()
 
-    async def _run(self, ctx: RunContext, plan: Plan | dict[str, Any] | None) -> RunResult:
-        def failed(error: str, plan_dict: dict[str, Any] | None = None) -> RunResult:
-            return RunResult(run_id=ctx.run_id, query=ctx.query, status="failed", error=error,
-                             plan=plan_dict, usage=ctx.usage, warnings=ctx.warnings)
-
+    async def _run(
+        self, run: RunState, services: RunServices, plan: Plan | dict[str, Any] | None
+    ) -> None:
+        """Plan, execute (with repair rounds when enabled) and answer; ``run`` records it all."""
         # the run deadline bounds planning and synthesis too, not only the steps
         limit = f"the run deadline ({self.config.run_timeout_s:g}s, ORCH_RUN_TIMEOUT_S)"
         try:
-            async with asyncio.timeout_at(ctx.run_deadline):
-                validated = await self._plan(ctx, plan)
+            async with asyncio.timeout_at(services.deadline):
+                validated = await self._plan(run, services, plan)
         except TimeoutError:
-            return failed(f"planning failed: {limit} passed before a plan was ready")
+            run.fail(f"planning failed: {limit} passed before a plan was ready")
+            return
         except PlanningError as exc:
-            return failed(f"planning failed: {exc}")
+            run.fail(f"planning failed: {exc}")
+            return
         except PlanValidationError as exc:
-            return failed(str(exc))
-        steps = await self.executor.execute(validated, ctx)
-        plan_dict, status, superseded = validated.to_dict(), run_status(steps), set[str]()
+            run.fail(str(exc))
+            return
+        run.plan = validated.to_dict()
+        steps = await self.executor.execute(validated, run, services)
+        status = run_status(steps)
         if self.config.replan_max > 0 and any(s.status == "failed" for s in steps.values()):
-            steps, plan_dict, status, superseded = await self._replan_phase(ctx, validated, steps)
-        result = RunResult(
-            run_id=ctx.run_id, query=ctx.query, status=status,
-            plan=plan_dict, steps=steps, usage=ctx.usage, warnings=ctx.warnings,
-        )
-        failed_steps = [s.error.describe() for s in steps.values()
-                        if s.error is not None and s.id not in superseded]
-        if failed_steps:
-            result.error = "; ".join(failed_steps)
-        if self.config.synthesis_enabled and result.status != "failed":
+            status = await self._replan_phase(run, services, validated)
+        run.finish(status)
+        if self.config.synthesis_enabled and status != "failed":
             try:
-                async with asyncio.timeout_at(ctx.run_deadline):
-                    result.answer = await synthesize(
-                        ctx, {k: s for k, s in steps.items() if k not in superseded})
+                async with asyncio.timeout_at(services.deadline):
+                    run.answer = await synthesize(run, services)
             except TimeoutError:
-                result.warnings.append(f"answer synthesis skipped: {limit} passed")
+                run.warn(f"answer synthesis skipped: {limit} passed")
             except LLMError as exc:
-                result.warnings.append(f"answer synthesis failed: {exc}")
-        return result
+                run.warn(f"answer synthesis failed: {exc}")
 
     async def _replan_phase(
-        self, ctx: RunContext, validated: ValidatedPlan, steps: dict[str, StepResult]
-    ) -> tuple[dict[str, StepResult], dict[str, Any], RunStatus, set[str]]:
+        self, run: RunState, services: RunServices, validated: ValidatedPlan
+    ) -> RunStatus:
         """Repair rounds after steps failed for good (at most ``replan_max``).
 
         Each round asks the planner (purpose ``replan``) for new steps that make up for the
-        failed and skipped ones, runs them with the completed outputs in place, and adds
-        their results next to the originals. Returns every result, the combined plan (with
-        a ``replans`` record), the status and the ids the repairs superseded. The status is
-        ``succeeded`` when the last round ran without a failure, since the planner was
-        asked to cover everything still missing; otherwise it is computed over all steps.
+        failed and skipped ones, and runs them with the completed outputs in place; their
+        results join the originals in ``run``. The run's plan becomes the combined plan,
+        ``run.replans`` records the rounds and ``run.superseded`` the step ids the repairs
+        made up for. The status is ``succeeded`` when the last round ran without a
+        failure, since the planner was asked to cover everything still missing; otherwise
+        it is computed over the steps whose results stand.
         """
-        from planners.replan import RepairSituation  # the facade composes the planner
-
-        results, known = dict(steps), dict(validated.steps)
-        rounds: list[dict[str, Any]] = []
-        open_ids = [sid for sid, r in steps.items() if r.status != "succeeded"]
+        known = dict(validated.steps)
+        open_ids = [sid for sid, r in run.steps.items() if r.status != "succeeded"]
         loop = asyncio.get_running_loop()
         for number in range(1, self.config.replan_max + 1):
-            if loop.time() >= ctx.run_deadline or ctx.llm.remaining_calls <= 0:
-                ctx.warnings.append(f"replan round {number} not attempted: the run deadline "
-                                    "or its LLM call budget is spent")
+            if loop.time() >= services.deadline or services.llm.remaining_calls <= 0:
+                run.warn(f"replan round {number} not attempted: the run deadline "
+                         "or its LLM call budget is spent")
                 break
+            situation = RepairSituation(dict(known), dict(run.steps), list(open_ids), number)
             try:
-                repair = await self.planner.replan(
-                    ctx, RepairSituation(dict(known), dict(results), list(open_ids), number))
+                repair = await self.planner.replan(run, services, situation)
             except PlanningError as exc:
-                ctx.warnings.append(f"replan round {number} failed: {exc}")
+                run.warn(f"replan round {number} failed: {exc}")
                 break
             if repair is None:
-                ctx.warnings.append(f"replan round {number}: the planner found no repair for "
-                                    f"{', '.join(open_ids)}")
+                run.warn(f"replan round {number}: the planner found no repair for "
+                         f"{', '.join(open_ids)}")
                 break
-            new = await self.executor.execute(repair, ctx)
+            new = await self.executor.execute(repair, run, services)
             known.update(repair.steps)
-            results.update(new)
-            rounds.append({"round": number, "replaces": open_ids, "steps": list(new)})
-            ctx.warnings.append(f"replan round {number}: {', '.join(open_ids)} replaced by "
-                                f"{', '.join(new)}")
+            run.replans.append({"round": number, "replaces": open_ids, "steps": list(new)})
+            run.warn(f"replan round {number}: {', '.join(open_ids)} replaced by "
+                     f"{', '.join(new)}")
             open_ids = [sid for sid, r in new.items() if r.status != "succeeded"]
             if not open_ids:
                 break
-        superseded = {sid for sid, r in results.items()
-                      if r.status != "succeeded" and sid not in open_ids}
-        plan_dict = Plan(steps=list(known.values()), reasoning=validated.plan.reasoning
-                         ).model_dump(mode="json", exclude_none=True)
-        if rounds:
-            plan_dict["replans"] = rounds
-        repaired = bool(rounds) and not open_ids
-        status: RunStatus = "succeeded" if repaired else run_status(
-            {k: r for k, r in results.items() if k not in superseded})
-        return results, plan_dict, status, superseded
+        run.superseded = [sid for sid, r in run.steps.items()
+                          if r.status != "succeeded" and sid not in open_ids]
+        run.plan = Plan(steps=list(known.values()), reasoning=validated.plan.reasoning
+                        ).model_dump(mode="json", exclude_none=True)
+        if run.replans and not open_ids:
+            return "succeeded"
+        return run_status(run.live_steps)
 
-    async def _plan(self, ctx: RunContext, plan: Plan | dict[str, Any] | None) -> ValidatedPlan:
+    async def _plan(
+        self, run: RunState, services: RunServices, plan: Plan | dict[str, Any] | None
+    ) -> ValidatedPlan:
         if plan is None:
-            return await self.planner.plan(ctx.query, ctx)
+            return await self.planner.plan(run, services)
         model = plan if isinstance(plan, Plan) else Plan.model_validate(plan)
         return validate_plan(model, self.catalog, max_steps=self.config.max_plan_steps)
 
     async def plan(self, query: str) -> ValidatedPlan:
         """Plan without executing (what ``dagwright plan`` shows)."""
-        return await self.planner.plan(query, self._new_context(query))
+        run = RunState(run_id=uuid.uuid4().hex, query=query)
+        return await self.planner.plan(run, self._services(run))
 
-    def _new_context(self, query: str) -> RunContext:
-        """The state of one run: its id, usage, LLM gateway, transport and deadline."""
-        run_id = uuid.uuid4().hex
-        usage = RunUsage()
-        return RunContext(
-            run_id=run_id, query=query, catalog=self.catalog, config=self.config,
+    def _services(self, run: RunState) -> RunServices:
+        """What one run uses: its LLM gateway (budget, usage), transport and deadline."""
+        config = self.config
+        return RunServices(
+            catalog=self.catalog, config=config, layers=self.layers,
             llm=LLMGateway(
-                self.llm, telemetry=self.telemetry, usage=usage, run_id=run_id,
-                max_calls=self.config.max_llm_calls_per_run,
-                max_retries=self.config.llm_max_retries,
-                retry_after_cap_s=self.config.retry_after_cap_s, clock=self.clock,
-                debug_recorder=self._debug_recorder(),
+                self.llm, observer=self.observer, usage=run.usage, run_id=run.run_id,
+                max_calls=config.max_llm_calls_per_run, policy=RetryPolicy.for_llm(config),
+                clock=self.clock, debug_recorder=self._debug_recorder(),
             ),
-            telemetry=self.telemetry, transport=self._transport(), clock=self.clock,
-            usage=usage,
-            run_deadline=asyncio.get_running_loop().time() + self.config.run_timeout_s,
+            transport=self._transport(), observer=self.observer, clock=self.clock,
+            deadline=asyncio.get_running_loop().time() + config.run_timeout_s,
         )
 
     def _debug_recorder(self) -> DebugRecorder | None:
@@ -294,30 +271,3 @@ class Orchestrator:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
         await self.llm.aclose()
-
-
-def _log_run_end(result: RunResult, duration_s: float) -> None:
-    """One line per failed step (its id on the record), then the run's outcome."""
-    for step in result.steps.values():
-        if step.status == "failed" and step.error is not None:
-            error = step.error
-            log.warning(
-                "step %s failed: %s/%s after %d attempt(s): %s", step.id, error.category.value,
-                error.code, len(step.attempts), error.message[:300],
-                extra={"step_id": step.id, "capability": f"{step.tool}.{step.capability}",
-                       "category": error.category.value, "code": error.code,
-                       "attempts": len(step.attempts), "gave_up": error.details.get("gave_up")},
-            )
-    counts: dict[str, int] = {}
-    for step in result.steps.values():
-        counts[step.status] = counts.get(step.status, 0) + 1
-    usage = result.usage
-    log.log(
-        20 if result.status == "succeeded" else 30,  # INFO / WARNING
-        "run %s in %.0f ms: steps %s, %d LLM call(s)", result.status, duration_s * 1000,
-        counts or "none", usage.llm_calls,
-        extra={"status": result.status, "duration_ms": round(duration_s * 1000, 1),
-               "steps": counts, "llm_calls": usage.llm_calls,
-               "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
-               "error": (result.error or "")[:300] or None},
-    )

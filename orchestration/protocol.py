@@ -40,6 +40,30 @@ class ErrorCategory(StrEnum):
     INTERNAL_ERROR = "INTERNAL_ERROR"
 
 
+class ErrorSource(StrEnum):
+    """Where a failure came from. What a layer may conclude depends on it, so it is
+    recorded explicitly when the error is made instead of being guessed from its code.
+
+    ``envelope`` is a tool's own structured error (the ``ToolResponse`` envelope, or a
+    :class:`~orchestration.errors.ToolFailed` raised by a Python tool): its category and
+    ``retryable`` are the tool's word. ``http_status`` is an HTTP answer without the
+    envelope, classified from its status code and body text. The others never reached
+    a tool's judgement: ``binding`` and ``validation`` stopped before sending,
+    ``transport`` got no answer, ``raised`` is a Python tool that crashed, ``response``
+    a success answer whose data is unusable, ``engine`` a guard of the engine itself
+    (a deadline, the re-send guard, an internal error).
+    """
+
+    ENVELOPE = "envelope"
+    HTTP_STATUS = "http_status"
+    BINDING = "binding"
+    VALIDATION = "validation"
+    TRANSPORT = "transport"
+    RAISED = "raised"
+    RESPONSE = "response"
+    ENGINE = "engine"
+
+
 HTTP_STATUS_FOR_CATEGORY: dict[ErrorCategory, int] = {
     ErrorCategory.INPUT_ERROR: 400,
     ErrorCategory.NOT_FOUND: 404,
@@ -79,8 +103,9 @@ class ToolResponse(BaseModel):
 class StepError(BaseModel):
     """One failed attempt at a step, whatever failed: binding, validation, transport, tool.
 
-    ``request_sent`` tells whether the tool may have acted on the request (it matters for
-    non-idempotent capabilities); ``retry_after_s`` carries a rate limit's wait.
+    ``source`` says where it came from (see :class:`ErrorSource`); ``request_sent`` tells
+    whether the tool may have acted on the request (it matters for non-idempotent
+    capabilities); ``retry_after_s`` carries a rate limit's wait.
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -88,6 +113,7 @@ class StepError(BaseModel):
     category: ErrorCategory
     code: str
     message: str
+    source: ErrorSource = ErrorSource.ENVELOPE
     retryable: bool = False
     details: dict[str, Any] = Field(default_factory=dict)
     http_status: int | None = None
@@ -152,10 +178,6 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     return seconds
 
 
-def _truncate(text: str, limit: int = MAX_ERROR_BODY_CHARS) -> str:
-    return clip(text, limit)
-
-
 class ClassifiedResponse(BaseModel):
     """What one HTTP answer meant: data on success, a :class:`StepError` otherwise."""
 
@@ -218,8 +240,9 @@ def classify_http_response(
                 error=StepError(
                     category=ErrorCategory.INVALID_RESPONSE,
                     code="NON_JSON_RESPONSE",
+                    source=ErrorSource.RESPONSE,
                     message=f"tool answered HTTP {status} with a body that is not JSON: "
-                    f"{_truncate(text, 200)!r}",
+                    f"{clip(text, 200)!r}",
                     retryable=False,
                     http_status=status,
                 ),
@@ -227,13 +250,14 @@ def classify_http_response(
         return ClassifiedResponse(ok=True, data=parsed)
 
     category = category_for_status(status)
-    message = _truncate(text.strip()) or f"HTTP {status} with an empty body"
+    message = clip(text.strip(), MAX_ERROR_BODY_CHARS) or f"HTTP {status} with an empty body"
     return ClassifiedResponse(
         ok=False,
         error=StepError(
             category=category,
             code=f"HTTP_{status}",
             message=message,
+            source=ErrorSource.HTTP_STATUS,
             retryable=category
             in (ErrorCategory.RATE_LIMIT, ErrorCategory.SERVICE_ERROR, ErrorCategory.INPUT_ERROR,
                 ErrorCategory.NOT_FOUND),

@@ -28,7 +28,7 @@ AttemptOutcome = Literal[
     "not_sent",  # a guard stopped the call (deadline, non-idempotent safety)
 ]
 StepStatus = Literal["succeeded", "failed", "skipped"]
-RunStatus = Literal["succeeded", "partial", "failed"]
+RunStatus = Literal["running", "succeeded", "partial", "failed"]
 
 
 class CoercionRecord(BaseModel):

@@ -15,14 +15,14 @@ import random
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from orchestration.config import OrchestratorConfig
-from orchestration.errors import ConfigError
+from orchestration._overrides import apply_overrides
 
-if TYPE_CHECKING:  # the catalog and plans validate their overrides with this module
-    from orchestration.catalog import Capability
-    from orchestration.plan import Step
+if TYPE_CHECKING:
+    from orchestration.config import OrchestratorConfig
+
+__all__ = ["Backoff", "RetryPolicy", "check_overrides"]
 
 Backoff = Literal["constant", "linear", "exponential"]
 
@@ -62,24 +62,34 @@ class RetryPolicy(BaseModel):
             retry_after_cap_s=config.retry_after_cap_s,
         )
 
+    @classmethod
+    def for_call(
+        cls, config: OrchestratorConfig, *overrides: tuple[Mapping[str, Any] | None, str]
+    ) -> RetryPolicy:
+        """The global policy with each ``(overrides, source)`` laid over it in order, the
+        most specific last (capability, then step): the most specific setting wins."""
+        policy = cls.from_config(config)
+        for values, source in overrides:
+            if values:
+                policy = policy.with_overrides(values, source=source)
+        return policy
+
+    @classmethod
+    def for_llm(cls, config: OrchestratorConfig) -> RetryPolicy:
+        """The policy of LLM calls: ``llm_max_retries`` retries of a rate limit, timeout,
+        dropped connection or 5xx, with exponential backoff from 0.5 s capped at 10 s."""
+        return cls(max_attempts=config.llm_max_retries + 1, backoff="exponential",
+                   base_delay_s=0.5, max_delay_s=10.0, seed=config.retry_seed,
+                   retry_after_cap_s=config.retry_after_cap_s)
+
     def with_overrides(self, overrides: Mapping[str, Any], *, source: str) -> RetryPolicy:
         """This policy with ``overrides`` applied; a bad key or value raises
-        :class:`ConfigError` naming ``source`` (e.g. the capability), so a typo in a catalog
-        is reported where it was made instead of being silently ignored."""
-        allowed = type(self).model_fields
-        unknown = sorted(str(k) for k in overrides if k not in allowed)
-        if unknown:
-            raise ConfigError(
-                f"{source}: unknown retry setting(s) {', '.join(map(repr, unknown))} "
-                f"(allowed: {', '.join(allowed)})"
-            )
-        try:
-            return type(self).model_validate({**self.model_dump(), **dict(overrides)})
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-            )
-            raise ConfigError(f"{source}: invalid retry setting: {problems}") from exc
+        :class:`~orchestration.errors.ConfigError` naming ``source`` (e.g. the
+        capability), so a typo in a catalog is reported where it was made instead of
+        being silently ignored."""
+        if not overrides:
+            return self
+        return apply_overrides(self, overrides, source=source, what="retry")
 
     @property
     def max_retries(self) -> int:
@@ -118,28 +128,7 @@ class RetryPolicy(BaseModel):
         return min(self.retry_after_cap_s, max(0.0, retry_after_s))
 
 
-def policy_for(
-    config: OrchestratorConfig, capability: Capability, step: Step | None = None
-) -> RetryPolicy:
-    """The effective policy of one call: global → capability → step (most specific wins)."""
-    policy = RetryPolicy.from_config(config)
-    if capability.retry:
-        policy = policy.with_overrides(
-            capability.retry, source=f"capability {capability.key!r} retry overrides"
-        )
-    if step is not None and step.retry:
-        policy = policy.with_overrides(
-            step.retry, source=f"step {step.id!r} ({capability.key}) retry overrides"
-        )
-    return policy
-
-
 def check_overrides(overrides: Mapping[str, Any], *, source: str) -> None:
     """Raise :class:`ConfigError` naming ``source`` if ``overrides`` is not a valid
     partial retry policy; the catalog and plan validation call this at load time."""
     RetryPolicy().with_overrides(overrides, source=source)
-
-
-def retry_key(step: Step) -> str:
-    """The jitter key of a step: stable across runs of the same plan."""
-    return f"{step.tool}.{step.capability}:{step.id}"

@@ -30,9 +30,6 @@ import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from opentelemetry.trace import Span, Status, StatusCode
-
-from orchestration.context import RunContext
 from orchestration.errors import (
     LLMError,
     LLMErrorKind,
@@ -43,7 +40,9 @@ from orchestration.errors import (
 )
 from orchestration.llm.base import LLMRequest
 from orchestration.plan import ValidatedPlan, validate_plan
-from orchestration.telemetry import _tracing as attr
+from orchestration.services import RunServices
+from orchestration.state import RunState
+from orchestration.telemetry._observer import PlanningObservation
 from planners._references import check_reference_paths
 from planners._selection import Selection
 from planners.feedback import DefaultFeedbackFormatter, FeedbackFormatter, PlanFeedback
@@ -57,7 +56,6 @@ T = TypeVar("T")
 _TRANSIENT = frozenset({LLMErrorKind.RATE_LIMIT, LLMErrorKind.TIMEOUT, LLMErrorKind.CONNECTION,
                         LLMErrorKind.SERVER})
 _ECHO_LIMIT = 6000  # longest rejected answer quoted back to the LLM
-_EVENT_TEXT_LIMIT = 500
 
 
 class PlannerAttempt(PlanningAttempt):
@@ -127,105 +125,102 @@ class Planner:
         self.check_references = check_references
 
     # --- public -----------------------------------------------------------------------
-    def build_prompt(self, query: str, ctx: RunContext) -> BuiltPrompt:
+    def build_prompt(self, query: str, services: RunServices) -> BuiltPrompt:
         """The first plan request's messages and the catalog selection behind them."""
-        return self.prompts.plan_prompt(query, ctx.catalog, ctx.config)
+        return self.prompts.plan_prompt(query, services.catalog, services.config)
 
-    def response_schema(self, ctx: RunContext, selection: Selection) -> dict[str, Any] | None:
+    def response_schema(self, services: RunServices, selection: Selection) -> dict[str, Any] | None:
         """The JSON Schema sent for constrained output, or None when it is switched off."""
         wanted = self.structured_output
         if wanted is None:
-            wanted = ctx.config.llm_structured_output != "none"
+            wanted = services.config.llm_structured_output != "none"
         return plan_response_schema(selection.offered) if wanted else None
 
-    async def plan(self, query: str, ctx: RunContext) -> ValidatedPlan:
-        """A validated plan for ``query``; raises :class:`PlanningError` with every attempt."""
+    async def plan(self, run: RunState, services: RunServices) -> ValidatedPlan:
+        """A validated plan for the run's query; raises :class:`PlanningError` with every
+        attempt."""
+        catalog, config = services.catalog, services.config
 
         def accept(text: str) -> ValidatedPlan:
             plan = _parse(text)
             validated = _validate(lambda: validate_plan(
-                plan, ctx.catalog, max_steps=ctx.config.max_plan_steps))
+                plan, catalog, max_steps=config.max_plan_steps))
             if self.check_references:
-                issues = check_reference_paths(plan.steps, ctx.catalog)
+                issues = check_reference_paths(plan.steps, catalog)
                 if issues:
                     raise _Rejected(PlanFeedback("validation", str(PlanValidationError(issues)),
                                                  0, "plan", [str(i) for i in issues]))
             return validated
 
-        with ctx.telemetry.tracer.start_as_current_span(
-            "plan", attributes={attr.RUN_ID: ctx.run_id}
-        ) as span:
-            prompt = self.build_prompt(query, ctx)
-            validated = await self._converse(ctx, "plan", prompt, accept, span)
-            span.set_attribute("dagwright.plan.steps", len(validated.steps))
+        with services.observer.planning(run.run_id, "plan") as observation:
+            prompt = self.build_prompt(run.query, services)
+            validated = await self._converse(services, "plan", prompt, accept, observation)
+            observation.set("dagwright.plan.steps", len(validated.steps))
             return validated
 
-    async def replan(self, ctx: RunContext, situation: RepairSituation) -> RepairPlan | None:
+    async def replan(
+        self, run: RunState, services: RunServices, situation: RepairSituation
+    ) -> RepairPlan | None:
         """A repair plan for the open steps of ``situation``; None if the LLM sees none.
 
         Raises :class:`PlanningError` (every attempt kept) when no valid repair plan
         comes back within ``planner_max_retries``.
         """
-        limit = ctx.config.max_prompt_value_chars
+        catalog, config = services.catalog, services.config
+        limit = config.max_prompt_value_chars
         blocks = situation.prompt_blocks(
-            ctx.outputs, value_limit=limit,
-            total_limit=max(limit, ctx.config.planner_prompt_budget_chars // 4))
+            run.outputs, value_limit=limit,
+            total_limit=max(limit, config.planner_prompt_budget_chars // 4))
 
         def accept(text: str) -> RepairPlan | None:
             plan = _parse(text)
             if not plan.steps:
                 return None
             return _validate(lambda: validate_repair(
-                plan, ctx.catalog, situation, ctx.outputs, max_steps=ctx.config.max_plan_steps))
+                plan, catalog, situation, run.outputs, max_steps=config.max_plan_steps))
 
-        with ctx.telemetry.tracer.start_as_current_span(
-            "replan", attributes={attr.RUN_ID: ctx.run_id, "dagwright.replan.round": situation.round,
-                                  "dagwright.replan.open_steps": ",".join(situation.open_ids)}
-        ) as span:
+        with services.observer.planning(run.run_id, "replan", {
+            "dagwright.replan.round": situation.round,
+            "dagwright.replan.open_steps": ",".join(situation.open_ids),
+        }) as observation:
             prompt = self.prompts.replan_prompt(
-                ctx.query, ctx.catalog, ctx.config, search_text=situation.search_text(ctx.query),
+                run.query, catalog, config, search_text=situation.search_text(run.query),
                 taken_ids=sorted(situation.steps), blocks=blocks)
-            repair = await self._converse(ctx, "replan", prompt, accept, span)
-            span.set_attribute("dagwright.plan.steps", len(repair.steps) if repair else 0)
+            repair = await self._converse(services, "replan", prompt, accept, observation)
+            observation.set("dagwright.plan.steps", len(repair.steps) if repair else 0)
             return repair
 
     # --- the attempt loop ---------------------------------------------------------------
     async def _converse(
         self,
-        ctx: RunContext,
+        services: RunServices,
         purpose: str,
         prompt: BuiltPrompt,
         accept: Callable[[str], T],
-        span: Span,
+        observation: PlanningObservation,
     ) -> T:
         selection = prompt.selection
-        for key, value in selection.trace_attributes().items():
-            span.set_attribute(f"dagwright.{key}", value)
-        span.set_attribute("dagwright.prompt.chars", prompt.chars)
-        attr.add_event(span, "catalog_selection", {
-            **selection.trace_attributes(), "prompt.chars": prompt.chars})
-        schema = self.response_schema(ctx, selection)
+        observation.selection(selection.trace_attributes(), prompt.chars)
+        schema = self.response_schema(services, selection)
         messages = list(prompt.messages)
         attempts: list[PlanningAttempt] = []
-        tries = ctx.config.planner_max_retries + 1
-        metrics = ctx.telemetry.metrics
+        tries = services.config.planner_max_retries + 1
         for number in range(1, tries + 1):
             request = LLMRequest(purpose=purpose, messages=list(messages),
                                  response_schema=schema, schema_name="plan")
             try:
-                response = await ctx.llm.complete(request)
+                response = await services.llm.complete(request)
             except LLMError as exc:
                 feedback = _llm_error_feedback(exc, number, purpose)
                 retry = feedback is not None and number < tries
                 attempts.append(PlannerAttempt(number, exc.kind.value, None, str(exc), None, purpose))
-                _attempt_event(span, number, purpose, "llm_error", exc.kind.value, str(exc), None,
-                               retry)
+                observation.attempt(number, "llm_error", exc.kind.value, str(exc), None,
+                                    retry and feedback is not None)
                 if feedback is None:
-                    span.set_status(Status(StatusCode.ERROR, str(exc)))
-                    raise PlanningError(_llm_failure(exc, ctx, purpose), attempts) from exc
+                    observation.failed(str(exc))
+                    raise PlanningError(_llm_failure(exc, services, purpose), attempts) from exc
                 if not retry:
                     continue  # the last attempt: ends as "no valid plan" below
-                metrics.planner_retries.labels(feedback.kind).inc()
                 messages.append({"role": "user", "content": self.feedback.format(feedback)})
                 continue
 
@@ -242,23 +237,22 @@ class Planner:
             else:
                 attempts.append(PlannerAttempt(number, "accepted", response.content, "",
                                                response.finish_reason, purpose))
-                _attempt_event(span, number, purpose, "accepted", "accepted", None,
-                               response.finish_reason, False)
-                span.set_attribute("dagwright.plan.attempts", number)
+                observation.attempt(number, "accepted", "accepted", None,
+                                    response.finish_reason, False)
+                observation.set("dagwright.plan.attempts", number)
                 return result
             retry = number < tries
             attempts.append(PlannerAttempt(number, feedback.kind, response.content, feedback.error,
                                            response.finish_reason, purpose))
-            _attempt_event(span, number, purpose, "rejected", feedback.kind, feedback.error,
-                           response.finish_reason, retry)
+            observation.attempt(number, "rejected", feedback.kind, feedback.error,
+                                response.finish_reason, retry)
             if retry:
-                metrics.planner_retries.labels(feedback.kind).inc()
                 if feedback.kind != "length":  # a cut-off answer is not worth quoting back
                     messages.append({"role": "assistant",
                                      "content": response.content[:_ECHO_LIMIT]})
                 messages.append({"role": "user", "content": self.feedback.format(feedback)})
-        span.set_attribute("dagwright.plan.attempts", tries)
-        span.set_status(Status(StatusCode.ERROR, f"no valid {purpose}"))
+        observation.set("dagwright.plan.attempts", tries)
+        observation.failed(f"no valid {purpose}")
         what = "repair plan" if purpose == "replan" else "plan"
         raise PlanningError(f"no valid {what} after {tries} attempt(s)", attempts)
 
@@ -287,35 +281,14 @@ def _llm_error_feedback(exc: LLMError, number: int, purpose: str) -> PlanFeedbac
     return None
 
 
-def _llm_failure(exc: LLMError, ctx: RunContext, purpose: str) -> str:
+def _llm_failure(exc: LLMError, services: RunServices, purpose: str) -> str:
     """The PlanningError message for an LLM error the planner does not retry."""
     who = "the planner's" if purpose == "plan" else "the replanner's"
     if exc.kind in _TRANSIENT:
         return (f"{who} LLM call failed ({exc.kind.value}) after the gateway's retries with "
-                f"backoff (up to {ctx.llm.max_retries} retries): {exc}")
+                f"backoff (up to {services.llm.max_retries} retries): {exc}")
     if exc.kind is LLMErrorKind.CONTENT_FILTER:
         return f"the provider's content filter stopped {who} answer (not retried): {exc}"
     if exc.kind is LLMErrorKind.BUDGET:
         return f"the run's LLM call budget is spent: {exc}"
     return f"{who} LLM call failed ({exc.kind.value}, not retried): {exc}"
-
-
-def _attempt_event(
-    span: Span,
-    number: int,
-    purpose: str,
-    outcome: str,
-    kind: str,
-    error: str | None,
-    finish_reason: str | None,
-    retry: bool,
-) -> None:
-    attr.add_event(span, "plan_attempt", {
-        attr.ATTEMPT: number,
-        attr.PURPOSE: purpose,
-        "outcome": outcome,
-        "reason": kind,
-        "error": error[:_EVENT_TEXT_LIMIT] if error else None,
-        "finish_reason": finish_reason,
-        "will_retry": retry,
-    })

@@ -206,3 +206,61 @@ def test_no_replan_when_the_llm_budget_is_spent(
     assert any("LLM call budget is spent" in w for w in result.warnings)
 
 
+
+
+def test_layer_4_in_a_repair_round_sees_outputs_of_earlier_rounds(registry: CollectorRegistry) -> None:
+    """A repair step that fails with an input error gets layer 4, whose prompt holds the
+    output of a step that finished in the first round (not part of the repair plan)."""
+    calls: list[float] = []
+
+    def price(symbol: str) -> dict[str, Any]:
+        if symbol != "TSLA":
+            from orchestration import ToolFailed
+            raise ToolFailed("SYMBOL_NOT_FOUND", f"no symbol {symbol}", "NOT_FOUND")
+        return {"price": 250.0}
+
+    def pay(amount: float) -> dict[str, Any]:
+        if amount <= 0:
+            from orchestration import ToolFailed
+            raise ToolFailed("BAD_AMOUNT", "amount must be greater than 0", "INPUT_ERROR",
+                             retryable=True)
+        calls.append(amount)
+        return {"paid": amount}
+
+    catalog = Catalog()
+    number = {"type": "object", "required": ["amount"], "properties": {"amount": {"type": "number"}}}
+    catalog.add_function(price, tool="stocks", capability="price",
+                         input_schema={"type": "object", "properties": {"symbol": {"type": "string"}}})
+    catalog.add_function(pay, tool="bank", capability="pay", input_schema=number,
+                         idempotent=False)
+    first = {"steps": [
+        {"id": "p", "tool": "stocks", "capability": "price", "params": {"symbol": "TSLA"}},
+        {"id": "bad", "tool": "stocks", "capability": "price", "params": {"symbol": "TESLA"}},
+    ]}
+    repair = {"steps": [{"id": "buy", "tool": "bank", "capability": "pay", "params": {"amount": 0},
+                         "depends_on": ["p"]}]}
+    prompts: list[str] = []
+
+    def answer(request: LLMRequest) -> Any:
+        if request.purpose == "plan":
+            return first
+        if request.purpose == "replan":
+            return repair
+        if request.purpose == "semantic_retry":
+            prompts.append(request.prompt_text)
+            if "bad" in request.prompt_text and "Failed call: step 'bad'" in request.prompt_text:
+                return {"should_retry": False, "is_transient_error": False,
+                        "corrected_parameters": {}, "analysis": "unknown company"}
+            return {"should_retry": True, "is_transient_error": False,
+                    "corrected_parameters": {"amount": 250.0}, "analysis": "the price of p"}
+        return "done"
+
+    cfg = OrchestratorConfig(validation_feedback_enabled=False, synthesis_enabled=False,
+                             replan_max=1, semantic_retry_independent_steps=True)
+    result = Orchestrator(catalog=catalog, llm=ScriptedLLM(answer), config=cfg, registry=registry,
+                          clock=ManualClock()).run("buy one TSLA share")
+    assert result.steps["buy"].status == "succeeded", result.steps["buy"].error
+    assert calls == [250.0]
+    repair_prompt = next(p for p in prompts if "Failed call: step 'buy'" in p)
+    # p finished in the first round: the repair plan does not hold it, the run does
+    assert 'step p (stocks.price) returned: {"price": 250.0}' in repair_prompt

@@ -14,17 +14,16 @@ from prometheus_client import CollectorRegistry
 
 from orchestration import (
     Catalog,
-    ConfigError,
+    CatalogError,
     ErrorCategory,
     Orchestrator,
     OrchestratorConfig,
     ScriptedLLM,
-    Step,
     StepFailed,
 )
 from orchestration.clock import ManualClock
 from orchestration.demo.tools import DemoTools, Drop, Hang, ServiceUnavailable, Status
-from orchestration.retry_policy import RetryPolicy, policy_for
+from orchestration.retry_policy import RetryPolicy
 
 QUOTE = {"steps": [{"id": "q", "tool": "stocks", "capability": "quote",
                     "params": {"symbol": "MSFT"}}]}
@@ -77,16 +76,13 @@ def test_rate_limit_delay_prefers_retry_after_capped() -> None:
 def test_policy_merges_global_then_capability_then_call() -> None:
     config = OrchestratorConfig(retry_max_attempts=3, retry_backoff="linear",
                                 retry_base_delay_s=0.1, retry_seed=9)
-    catalog = Catalog()
-    cap = catalog.add_function(lambda: 1, tool="t", capability="c")
-    assert policy_for(config, cap) == RetryPolicy(max_attempts=3, backoff="linear",
-                                                  base_delay_s=0.1, seed=9)
-    cap = cap.model_copy(update={"retry": {"max_attempts": 5, "base_delay_s": 1.0}})
-    step = Step(id="s", tool="t", capability="c", retry={"max_attempts": 2})
-    merged = policy_for(config, cap, step)
+    assert RetryPolicy.for_call(config) == RetryPolicy(max_attempts=3, backoff="linear",
+                                                       base_delay_s=0.1, seed=9)
+    capability = ({"max_attempts": 5, "base_delay_s": 1.0}, "capability 't.c'")
+    merged = RetryPolicy.for_call(config, capability, ({"max_attempts": 2}, "step 's'"))
     assert (merged.max_attempts, merged.base_delay_s, merged.backoff, merged.seed) == (
         2, 1.0, "linear", 9)
-    assert policy_for(config, cap, Step(id="s", tool="t", capability="c")).max_attempts == 5
+    assert RetryPolicy.for_call(config, capability, (None, "step 's'")).max_attempts == 5
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
@@ -97,11 +93,12 @@ def test_policy_merges_global_then_capability_then_call() -> None:
 def test_invalid_capability_overrides_are_rejected_naming_the_capability(
     overrides: dict[str, Any], message: str,
 ) -> None:
-    cap = Catalog().add_function(lambda: 1, tool="bank", capability="pay")
-    cap = cap.model_copy(update={"retry": overrides})
-    with pytest.raises(ConfigError, match=r"capability 'bank\.pay' retry overrides") as caught:
-        policy_for(OrchestratorConfig(), cap)
+    spec = {"tools": [{"name": "bank", "base_url": "http://127.0.0.1:1", "capabilities": [
+        {"name": "pay", "path": "/pay", "retry": overrides}]}]}
+    with pytest.raises(CatalogError, match=r"capability 'bank\.pay'") as caught:
+        Catalog.from_dict(spec, source="catalog.yaml")
     assert message in str(caught.value)
+    assert "catalog.yaml" in str(caught.value)
 
 
 # --- policy merge and jitter, end to end ------------------------------------------------------

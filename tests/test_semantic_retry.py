@@ -217,9 +217,8 @@ def test_layer_3_notes_reach_the_prompt() -> None:
             return None
 
     calls: list[dict[str, Any]] = []
-    config = OrchestratorConfig()
     h = Harness(pay_catalog(calls), pay_plan({"amount": 0}), answer(True, {"amount": 10}),
-                handlers=[ResilienceHandler(config), DecliningLayer3(), SemanticRetry(config)])
+                handlers=[ResilienceHandler(), DecliningLayer3(), SemanticRetry()])
     assert h.run().steps["pay"].status == "succeeded"
     assert block(h.prompts[0], "LAYER_3_ANALYSIS") == "cannot know the amount"
     assert "layer 3) gave up (cannot_fix)" in h.prompts[0]

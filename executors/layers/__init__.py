@@ -19,16 +19,16 @@ from executors.layers.resilience import ResilienceHandler
 from executors.layers.semantic_retry import SemanticRetry
 from executors.layers.validation_feedback import ValidationFeedback
 from executors.recovery import RecoveryHandler
-from orchestration.config import OrchestratorConfig
 
 
-def default_handlers(config: OrchestratorConfig) -> list[RecoveryHandler]:
-    """The standard recovery chain for ``config``, in the order handlers are consulted.
+def default_handlers() -> list[RecoveryHandler]:
+    """The standard recovery chain, in the order handlers are consulted.
 
-    Each handler reads its own on/off switch (config or per-capability override) at
-    decision time, so one chain serves every capability.
+    Each handler reads its settings from the step it is asked about (the config's
+    values with the capability's ``layers:`` overrides), so one chain serves every
+    capability and every configuration.
     """
-    return [ResilienceHandler(config), ValidationFeedback(config), SemanticRetry(config)]
+    return [ResilienceHandler(), ValidationFeedback(), SemanticRetry()]
 
 
 __all__ = ["ResilienceHandler", "SemanticRetry", "ValidationFeedback", "default_handlers"]

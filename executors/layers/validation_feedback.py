@@ -5,8 +5,8 @@ forbids, a tool's business rule such as "amount must be greater than 0", a name 
 did not find) needs judgement, so this layer shows the LLM the capability, its input
 schema, the parameters that failed and the exact error, and asks for corrected
 parameters. It costs one LLM call per correction and acts only on errors a different
-parameter value can plausibly fix (see :func:`correction_trigger`); transport faults
-belong to resilience, unbound references to layer 4.
+parameter value can plausibly fix (see :func:`executors.faults.correction_trigger`);
+transport faults belong to resilience, unbound references to layer 4.
 
 The corrected parameters are handed back to the step runner as a :class:`Decision`, so
 they pass layer 2 and pre-flight validation again before anything is sent, and the step
@@ -21,30 +21,28 @@ records its verdict twice: in ``state.notes["validation_feedback"]`` for later h
 and in the failed attempt's ``error.details["validation_feedback"]``, so a step that
 finally fails says what layer 3 concluded.
 
-Telemetry: every LLM request counts in ``orchestration_validation_feedback_attempts_total``
-and ends in exactly one of ``..._success_total`` (the corrected call succeeded) or
-``..._failed_total`` (no usable correction, or the corrected call failed too), with the
-matching span events ``validation_feedback_started|success|failed`` on the step span.
+Reported facts: every LLM request is a ``validation_feedback_started`` and ends in exactly
+one ``validation_feedback_success`` (the corrected call succeeded) or
+``validation_feedback_failed`` (no usable correction, or the corrected call failed too);
+the observer turns them into span events on the step span and the
+``orchestration_validation_feedback_{attempts,success,failed}_total`` counters.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any
 
-from opentelemetry import trace
 from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError, model_validator
 
-from executors._step_runner import layer_setting
+from executors.faults import correction_trigger
 from executors.layers._prompting import clip, data_block, parse_json_object, to_json
 from executors.recovery import Decision, GiveUp, StepState
-from orchestration.config import OrchestratorConfig
+from orchestration._text import describe_validation_error
 from orchestration.errors import LLMError
 from orchestration.llm.base import LLMRequest
 from orchestration.protocol import ErrorCategory, StepError
 from orchestration.result import Attempt, Layer
-from orchestration.telemetry import _tracing as attr
 
 PURPOSE = "validation_feedback"
 """The ``purpose`` of this layer's LLM requests (metrics, debug store, scripted LLMs)."""
@@ -52,6 +50,7 @@ LAYER: Layer = "validation_feedback"
 NOTES_KEY = "validation_feedback"
 """Key of this layer's verdict in ``StepState.notes`` and in the failed error's details."""
 _COUNTER = "validation_feedback"  # StepState counter: LLM corrections asked for this step
+_ATTEMPT = "dagwright.attempt"
 
 ANSWER_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -63,7 +62,6 @@ ANSWER_SCHEMA: dict[str, Any] = {
     "required": ["can_fix", "analysis", "corrected_parameters"],
 }
 
-_UNSTRUCTURED_STATUSES = (400, 422)  # non-envelope statuses that mean "your input is wrong"
 _HINTS: dict[str, str] = {
     "type": "give the value the JSON type the schema names (numbers and booleans unquoted)",
     "enum": "use one of the allowed values exactly as the schema spells it",
@@ -121,45 +119,12 @@ class FeedbackAnswer(BaseModel):
         return self
 
 
-def _is_unstructured(error: StepError) -> bool:
-    """True for answers that carry no ToolError: plain HTTP errors, raising Python tools."""
-    if error.code == "TOOL_RAISED":
-        return True
-    return error.http_status is not None and error.code == f"HTTP_{error.http_status}"
-
-
-def correction_trigger(error: StepError, patterns: Sequence[str]) -> str | None:
-    """Why ``error`` is worth a layer-3 correction, or None when it is not.
-
-    * pre-flight validation failed: always (the schema says exactly what is wrong);
-    * a structured tool error (envelope, ``ToolFailed``): category ``INPUT_ERROR`` or
-      ``NOT_FOUND`` with ``retryable: true`` — the tool's own word is trusted both ways;
-    * an unstructured answer (no envelope, a raising Python tool): HTTP 400/422, or a
-      message containing one of ``patterns`` (case-insensitive), e.g. "cannot unmarshal".
-    """
-    if error.category is ErrorCategory.VALIDATION_ERROR:
-        return "preflight_validation"
-    if _is_unstructured(error):
-        if error.http_status in _UNSTRUCTURED_STATUSES:
-            return f"http_{error.http_status}"
-        text = error.message.lower()
-        for pattern in patterns:
-            if pattern and pattern.lower() in text:
-                return f"error_pattern:{pattern}"
-        return None
-    if error.category in (ErrorCategory.INPUT_ERROR, ErrorCategory.NOT_FOUND) and error.retryable:
-        return f"tool_{error.category.value.lower()}"
-    return None
-
-
 def parse_answer(content: str, failed_params: dict[str, Any]) -> FeedbackAnswer:
     """The usable answer in ``content``; raises ``ValueError`` saying what is wrong with it."""
     try:
         answer = FeedbackAnswer.model_validate(parse_json_object(content))
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'answer'}: {e['msg']}" for e in exc.errors()
-        )
+        problems = describe_validation_error(exc, root="answer")
         raise ValueError(f"the answer does not have the required shape ({problems})") from exc
     if answer.can_fix and answer.corrected_parameters == failed_params:
         raise ValueError(
@@ -172,28 +137,25 @@ def parse_answer(content: str, failed_params: dict[str, Any]) -> FeedbackAnswer:
 class ValidationFeedback:
     """Layer 3 as a recovery handler: one LLM correction per correctable failure.
 
-    Settings (each overridable per capability through the catalog's ``layers``):
-    ``validation_feedback_enabled``, ``max_validation_retries`` (LLM corrections per
-    step, unusable answers included) and ``validation_error_patterns``.
+    Settings (``state.settings``, each overridable per capability through the catalog's
+    ``layers``): ``validation_feedback_enabled``, ``max_validation_retries`` (LLM
+    corrections per step, unusable answers included) and ``validation_error_patterns``.
     """
 
-    def __init__(self, config: OrchestratorConfig) -> None:
-        self.config = config
-
     async def decide(self, state: StepState, error: StepError) -> Decision | GiveUp | None:
-        cap, ctx = state.capability, state.ctx
-        if not layer_setting(cap, ctx, "validation_feedback_enabled"):
+        cap, settings, services = state.capability, state.settings, state.services
+        if not settings.validation_feedback_enabled:
             return None
-        trigger = correction_trigger(error, layer_setting(cap, ctx, "validation_error_patterns"))
+        trigger = correction_trigger(error, settings.validation_error_patterns)
         if trigger is None or state.params is None:
             return None
-        budget = int(layer_setting(cap, ctx, "max_validation_retries"))
+        budget = settings.max_validation_retries
         if state.count(_COUNTER) >= budget:
             self._record_verdict(state, error, "exhausted",
                                  f"all {budget} correction(s) of this step are used")
             return None
 
-        limit = ctx.config.max_prompt_value_chars
+        limit = services.config.max_prompt_value_chars
         messages = [
             {"role": "system", "content": _SYSTEM_PROMPT},
             {"role": "user", "content": self._request_text(state, error, trigger, budget, limit)},
@@ -203,7 +165,7 @@ class ValidationFeedback:
             number = state.bump(_COUNTER)
             self._started(state, error, trigger, number, budget)
             try:
-                response = await ctx.llm.complete(LLMRequest(
+                response = await services.llm.complete(LLMRequest(
                     purpose=PURPOSE, messages=list(messages), response_schema=ANSWER_SCHEMA,
                     schema_name="validation_feedback", step_id=state.step.id,
                     metadata={"capability": cap.key, "correction": number},
@@ -244,18 +206,16 @@ class ValidationFeedback:
         """Count how the call with layer-3 parameters went: success or one more failure."""
         if attempt.layer != LAYER:
             return
-        budget = int(layer_setting(state.capability, state.ctx, "max_validation_retries"))
+        budget = state.settings.max_validation_retries
         if attempt.outcome == "succeeded":
-            cap = state.capability
-            state.ctx.telemetry.metrics.validation_feedback_success.labels(cap.tool, cap.name).inc()
-            self._event(state, "validation_feedback_success", {
-                attr.ATTEMPT: attempt.number,
+            state.report("validation_feedback_success", {
+                _ATTEMPT: attempt.number,
                 "validation_feedback.correction": state.count(_COUNTER),
             })
             return
         code = attempt.error.code if attempt.error is not None else None
         self._failed(state, f"attempt_{attempt.outcome}", state.count(_COUNTER), budget,
-                     {attr.ATTEMPT: attempt.number, "error.code": code})
+                     {_ATTEMPT: attempt.number, "error.code": code})
 
     # --- prompt -----------------------------------------------------------------------
 
@@ -289,21 +249,14 @@ class ValidationFeedback:
             parts.append(data_block("earlier attempts", earlier))
         return "\n".join(parts)
 
-    # --- telemetry and verdicts -------------------------------------------------------
+    # --- reported facts and verdicts -------------------------------------------------
 
     @staticmethod
-    def _event(state: StepState, name: str, attrs: dict[str, Any]) -> None:
-        attr.add_event(trace.get_current_span(), name, {
-            attr.STEP_ID: state.step.id, attr.CAPABILITY: state.capability.key, **attrs,
-        })
-
     def _started(
-        self, state: StepState, error: StepError, trigger: str, number: int, budget: int
+        state: StepState, error: StepError, trigger: str, number: int, budget: int
     ) -> None:
-        cap = state.capability
-        state.ctx.telemetry.metrics.validation_feedback_attempts.labels(cap.tool, cap.name).inc()
-        self._event(state, "validation_feedback_started", {
-            attr.ATTEMPT: len(state.attempts),
+        state.report("validation_feedback_started", {
+            _ATTEMPT: len(state.attempts),
             "validation_feedback.correction": number,
             "validation_feedback.max": budget,
             "validation_feedback.trigger": trigger,
@@ -311,13 +264,12 @@ class ValidationFeedback:
             "error.code": error.code,
         })
 
+    @staticmethod
     def _failed(
-        self, state: StepState, reason: str, number: int, budget: int,
+        state: StepState, reason: str, number: int, budget: int,
         extra: dict[str, Any] | None = None,
     ) -> None:
-        cap = state.capability
-        state.ctx.telemetry.metrics.validation_feedback_failed.labels(cap.tool, cap.name).inc()
-        self._event(state, "validation_feedback_failed", {
+        state.report("validation_feedback_failed", {
             "validation_feedback.reason": reason,
             "validation_feedback.correction": number,
             "validation_feedback.remaining": max(0, budget - state.count(_COUNTER)),
@@ -390,5 +342,5 @@ def _earlier_attempts(state: StepState, limit: int) -> str | None:
 
 __all__ = [
     "ANSWER_SCHEMA", "NOTES_KEY", "PURPOSE", "FeedbackAnswer", "ValidationFeedback",
-    "correction_trigger", "parse_answer",
+    "parse_answer",
 ]

@@ -1,0 +1,110 @@
+"""What a run *is*: plain data that can be serialised whole and picked up again.
+
+:class:`RunState` holds everything a run has produced so far — its query, plan, each
+finished step with its attempts, the outputs later steps bind to, usage, warnings and
+the answer — and nothing it merely *uses* (catalog, config, LLM client, telemetry,
+transport, clock: those are :class:`~orchestration.services.RunServices`). Keeping the
+two apart is what lets a run be stored, resumed in another process, or replayed on
+another backend: the state is data, the services are rebuilt where the run continues.
+
+The engine changes a state only through its methods (:meth:`RunState.record_step`,
+:meth:`RunState.finish`, ...), so the places a run moves forward are few and named.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pydantic import BaseModel, Field, PrivateAttr
+
+from orchestration.result import RunResult, RunStatus, RunUsage, StepResult
+
+__all__ = ["RunState"]
+
+
+class RunState(BaseModel):
+    """The data of one run, from its start to its end.
+
+    ``steps`` holds the results of finished steps of every round (the original plan and
+    any repair rounds) in the order they finished; ``superseded`` names the failed or
+    skipped ones a repair round made up for. ``outputs`` (the data of succeeded steps,
+    which references bind to) is derived from ``steps`` and kept in step with it.
+    """
+
+    run_id: str
+    query: str
+    status: RunStatus = "running"
+    plan: dict[str, Any] | None = None
+    steps: dict[str, StepResult] = Field(default_factory=dict)
+    superseded: list[str] = Field(default_factory=list)
+    replans: list[dict[str, Any]] = Field(default_factory=list)
+    usage: RunUsage = Field(default_factory=RunUsage)
+    warnings: list[str] = Field(default_factory=list)
+    answer: str | None = None
+    error: str | None = None
+    trace_id: str | None = None
+    started_at: float = Field(default_factory=time.time)
+    finished_at: float | None = None
+
+    _outputs: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Rebuild the outputs when a state is loaded (they are not stored twice)."""
+        self._outputs = {sid: s.output for sid, s in self.steps.items() if s.status == "succeeded"}
+
+    @property
+    def outputs(self) -> dict[str, Any]:
+        """Data of the succeeded steps by step id: what ``{{step.path}}`` binds to."""
+        return self._outputs
+
+    # --- moving the run forward ---------------------------------------------------------
+    def record_step(self, result: StepResult) -> None:
+        """A step finished (succeeded, failed or skipped)."""
+        self.steps[result.id] = result
+        if result.status == "succeeded":
+            self._outputs[result.id] = result.output
+        else:
+            self._outputs.pop(result.id, None)
+
+    def arrange(self, order: list[str]) -> None:
+        """Put the steps of a finished round in plan (topological) order: results are
+        recorded as steps finish, but readers expect the order of the plan."""
+        ordered = {sid: self.steps[sid] for sid in order if sid in self.steps}
+        self.steps = {**{k: v for k, v in self.steps.items() if k not in ordered}, **ordered}
+
+    def warn(self, text: str) -> None:
+        """Something the caller should know that did not fail the run."""
+        self.warnings.append(text)
+
+    def fail(self, error: str) -> None:
+        """The run ends failed before or outside its steps (planning, a deadline)."""
+        self.status = "failed"
+        self.error = error
+        self.finished_at = time.time()
+
+    def finish(self, status: RunStatus) -> None:
+        """The run ends with ``status``; ``error`` sums up the steps that failed for good."""
+        self.status = status
+        failures = [s.error.describe() for s in self.steps.values()
+                    if s.error is not None and s.id not in self.superseded]
+        if failures:
+            self.error = "; ".join(failures)
+        self.finished_at = time.time()
+
+    # --- reading it ---------------------------------------------------------------------
+    @property
+    def live_steps(self) -> dict[str, StepResult]:
+        """Steps whose results stand: every step but those a repair round replaced."""
+        return {sid: s for sid, s in self.steps.items() if sid not in self.superseded}
+
+    def to_result(self) -> RunResult:
+        """The public view of this state (what :meth:`Orchestrator.run` returns)."""
+        plan = self.plan
+        if plan is not None and self.replans:
+            plan = {**plan, "replans": list(self.replans)}
+        return RunResult(
+            run_id=self.run_id, query=self.query, status=self.status, answer=self.answer,
+            plan=plan, steps=dict(self.steps), usage=self.usage, error=self.error,
+            warnings=list(self.warnings), trace_id=self.trace_id,
+        )
