@@ -1,6 +1,7 @@
 """Reading JSON out of LLM answers: code fences and prose around the JSON are tolerated.
 
-Shared by the planner and the defense layers, which both ask for JSON and both get text.
+The one JSON extraction of the engine, shared by the planner and the defense layers,
+which both ask for JSON and both get text.
 """
 
 from __future__ import annotations
@@ -38,3 +39,12 @@ def extract_json(text: str) -> Any:
     if first_error is not None:
         raise MalformedAnswer(f"the answer is not valid JSON: {first_error}")
     raise MalformedAnswer("the answer contains no JSON object")
+
+
+def extract_object(text: str) -> dict[str, Any]:
+    """The first JSON object in ``text``; :class:`MalformedAnswer` (a ``ValueError``)
+    saying what is wrong when there is none or the JSON is another type."""
+    value = extract_json(text)
+    if not isinstance(value, dict):
+        raise MalformedAnswer(f"expected a JSON object, got {type(value).__name__}")
+    return value

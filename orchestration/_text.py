@@ -15,11 +15,11 @@ from typing import Any
 from pydantic import ValidationError
 
 
-def clip(text: str, limit: int) -> str:
+def clip(text: str, limit: int, *, marker: str = "truncated") -> str:
     """``text`` cut to ``limit`` characters, with a marker saying how much was cut."""
     if len(text) <= limit:
         return text
-    return text[:limit] + f"… [truncated {len(text) - limit} chars]"
+    return text[:limit] + f"… [{marker} {len(text) - limit} chars]"
 
 
 def to_json(value: Any, limit: int) -> str:

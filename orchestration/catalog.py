@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import jsonschema
 import yaml
-from jsonschema.validators import validator_for
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from orchestration import _schema
 from orchestration._text import describe_validation_error
 from orchestration.errors import CatalogError, ConfigError
 from orchestration.layer_settings import check_layer_overrides
@@ -101,14 +100,14 @@ class Capability(BaseModel):
 
 
 def check_schema(schema: Any, where: str) -> None:
-    """Reject an input schema that is not itself a valid JSON Schema, naming ``where``."""
+    """Reject a schema that is not itself a valid JSON Schema, naming ``where`` and the
+    JSON path of every problem (not only the first)."""
     if not isinstance(schema, dict):
         raise CatalogError(f"{where}: input_schema must be a JSON object, got {type(schema).__name__}")
-    try:
-        validator_for(schema, default=jsonschema.Draft202012Validator).check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        path = "/".join(str(p) for p in exc.absolute_path) or "(root)"
-        raise CatalogError(f"{where}: invalid input_schema at {path}: {exc.message}") from exc
+    problems = _schema.check_schema_errors(schema)
+    if problems:
+        raise CatalogError(f"{where}: " + "; ".join(
+            f"invalid input_schema at {path}: {message}" for path, message in problems))
 
 
 class Catalog:
@@ -257,7 +256,7 @@ class Catalog:
                     fields["url"] = base_url + "/" + str(raw["path"]).lstrip("/")
                 else:
                     raise CatalogError(f"{where}: capability {raw['name']!r} needs 'url' or 'path'")
-                catalog._build_and_add(f"{where} capability {raw['name']!r}", source=source,
+                catalog._build_and_add(f"{where} capability {raw['name']!r}", source=where,
                                        tool=name, **fields)
         return catalog
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from opentelemetry import trace
 
+from orchestration._text import clip
 from orchestration.config import OrchestratorConfig
 from orchestration.llm.base import LLMRequest, LLMResponse
 from orchestration.logging_setup import get_logger
@@ -40,11 +41,10 @@ from orchestration.redaction import DEFAULT_REDACTOR, Redactor
 log = get_logger("dagwright.debug_store")
 
 
-def clip(text: str, limit: int) -> tuple[str, bool]:
+def _clipped(text: str, limit: int) -> tuple[str, bool]:
     """``text`` cut to ``limit`` characters with a marker; and whether it was cut."""
-    if len(text) <= limit:
-        return text, False
-    return text[:limit] + f"… [debug store: truncated {len(text) - limit} chars]", True
+    kept = clip(text, limit, marker="debug store: truncated")
+    return kept, kept is not text
 
 
 class _RotatingWriter(RotatingFileHandler):
@@ -155,13 +155,13 @@ class LLMDebugStore:
         messages = []
         for message in request.messages:
             content = redactor.redact(str(message.get("content", "")))
-            kept, cut = clip(content, max(0, budget))
+            kept, cut = _clipped(content, max(0, budget))
             budget -= min(len(content), budget)
             truncated |= cut
             messages.append({"role": message.get("role", "user"), "content": kept})
         answer: str | None = None
         if response is not None:
-            answer, cut = clip(redactor.redact(response.content), self.max_chars)
+            answer, cut = _clipped(redactor.redact(response.content), self.max_chars)
             truncated |= cut
         span_context = trace.get_current_span().get_span_context()
         entry: dict[str, Any] = {
@@ -181,7 +181,7 @@ class LLMDebugStore:
                        "output_tokens": response.usage.output_tokens}
                       if response is not None else None),
             "error": ({"type": type(error).__name__,
-                       "message": clip(redactor.redact(str(error)), 2000)[0]}
+                       "message": _clipped(redactor.redact(str(error)), 2000)[0]}
                       if error is not None else None),
             "truncated": truncated,
         }
@@ -242,7 +242,7 @@ def render_run(records: list[dict[str, Any]], *, full: bool = True) -> str:
         for message in r.get("messages", []):
             content = message.get("content", "")
             if not full:
-                content = clip(content, 500)[0]
+                content = _clipped(content, 500)[0]
             lines.append(f"--- {message.get('role')}\n{content}")
         if r.get("error"):
             error = r["error"]
@@ -250,5 +250,5 @@ def render_run(records: list[dict[str, Any]], *, full: bool = True) -> str:
         else:
             response = r.get("response") or ""
             lines.append(f"--- response (finish={r.get('finish_reason')})\n"
-                         f"{response if full else clip(response, 500)[0]}")
+                         f"{response if full else _clipped(response, 500)[0]}")
     return "\n".join(lines) + "\n"

@@ -1,12 +1,32 @@
-"""The exceptions dagwright raises. All derive from :class:`DagwrightError`.
+"""The exceptions of dagwright: what the engine raises, and the one signal tools raise.
 
 Each names what was wrong and where, and carries the material needed to act on it
 (the attempts of a planning failure, the issues of an invalid plan, ...), so that
-nothing is lost when it crosses an API boundary.
+nothing is lost when it crosses an API boundary::
+
+    Exception
+    ├── DagwrightError                 raised by dagwright; catch this for "anything we raise"
+    │   ├── ConfigError                a setting is missing, wrong or contradictory
+    │   ├── CatalogError               a catalog is malformed, or a tool/capability unknown
+    │   ├── PlanValidationError        a plan has problems (``issues`` lists every one)
+    │   ├── MalformedAnswer            an LLM answer holds no usable JSON (also a ValueError)
+    │   │   └── PlanParseError         ... for a plan
+    │   ├── PlanningError              the planner gave up (``attempts`` keeps every answer)
+    │   ├── StepFailed                 ``raise_for_status()`` of a failed step
+    │   │   └── RetryExhausted         ... that was retried
+    │   └── LLMError                   an LLM call failed (``kind`` says why)
+    │       └── LLMBudgetExceeded      the run used its LLM call budget
+    └── ToolFailed                     raised BY YOUR TOOLS, never by the engine: a Python
+                                       tool's structured error (like an HTTP tool's envelope)
+
+``ToolFailed`` stands apart on purpose: it is a signal a user's tool sends to the engine,
+which turns it into a step error; ``except DagwrightError`` around a run must not catch
+it, and it never escapes a run.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -28,20 +48,15 @@ class CatalogError(DagwrightError):
     """The tool catalog is malformed, or a tool/capability is unknown."""
 
 
+@dataclass(frozen=True, slots=True)
 class PlanIssue:
-    """One problem found in a plan: which step, which field, what is wrong."""
+    """One problem found in a plan: which step (None: the plan as a whole), what is wrong."""
 
-    __slots__ = ("message", "step_id")
-
-    def __init__(self, step_id: str | None, message: str) -> None:
-        self.step_id = step_id
-        self.message = message
+    step_id: str | None
+    message: str
 
     def __str__(self) -> str:
         return f"step {self.step_id!r}: {self.message}" if self.step_id else self.message
-
-    def __repr__(self) -> str:
-        return f"PlanIssue({self.step_id!r}, {self.message!r})"
 
 
 class PlanValidationError(DagwrightError):
@@ -60,22 +75,24 @@ class PlanParseError(MalformedAnswer):
     """The planner's output could not be read as a plan (not JSON, wrong shape)."""
 
 
+@dataclass(slots=True)
 class PlanningAttempt:
-    """One try of the planner: what the LLM said and why it was rejected."""
+    """One try of the planner: what the LLM said and why it was rejected.
 
-    __slots__ = ("error", "finish_reason", "raw_output")
+    ``number``, ``kind`` (``accepted``, ``malformed``, ``length``, ``validation`` or the
+    :class:`LLMErrorKind` of a failed call) and ``purpose`` (``plan`` or ``replan``) say
+    which call it was and how it ended.
+    """
 
-    def __init__(self, raw_output: str | None, error: str, finish_reason: str | None = None) -> None:
-        self.raw_output = raw_output
-        self.error = error
-        self.finish_reason = finish_reason
+    raw_output: str | None
+    error: str
+    finish_reason: str | None = None
+    number: int = 0
+    kind: str = ""
+    purpose: str = "plan"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "raw_output": self.raw_output,
-            "error": self.error,
-            "finish_reason": self.finish_reason,
-        }
+        return asdict(self)
 
 
 class PlanningError(DagwrightError):
@@ -87,10 +104,11 @@ class PlanningError(DagwrightError):
         super().__init__(f"{message} ({detail})" if detail else message)
 
 
-class ToolFailed(DagwrightError):
+class ToolFailed(Exception):
     """Raised by an in-process (Python) tool to report a structured tool error.
 
     It is treated exactly like an HTTP tool's ``ToolError`` envelope with the same fields.
+    A user signal, not an engine error: it does not derive from :class:`DagwrightError`.
     """
 
     def __init__(

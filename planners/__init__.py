@@ -6,14 +6,14 @@
 # package. Importing ``orchestration`` here makes every import order work.
 import orchestration  # noqa: F401  (isort: the first import, on purpose)
 from planners.feedback import DefaultFeedbackFormatter, FeedbackFormatter, PlanFeedback
-from planners.parsing import PLAN_RESPONSE_SCHEMA, extract_json, parse_plan
-from planners.planner import Planner, PlannerAttempt
+from planners.parsing import PLAN_RESPONSE_SCHEMA, parse_plan
+from planners.planner import Planner
 from planners.prompt import PlannerTemplates
 from planners.replan import RepairPlan, RepairSituation
 from planners.signatures import SignatureRenderer
 
 __all__ = [
     "PLAN_RESPONSE_SCHEMA", "DefaultFeedbackFormatter", "FeedbackFormatter", "PlanFeedback",
-    "Planner", "PlannerAttempt", "PlannerTemplates", "RepairPlan", "RepairSituation",
-    "SignatureRenderer", "extract_json", "parse_plan",
+    "Planner", "PlannerTemplates", "RepairPlan", "RepairSituation",
+    "SignatureRenderer", "parse_plan",
 ]

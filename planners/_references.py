@@ -17,10 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from referencing import Registry, Resource
-from referencing.exceptions import Unresolvable
-from referencing.jsonschema import DRAFT202012
-
+from orchestration import _schema
 from orchestration.catalog import Catalog
 from orchestration.errors import PlanIssue
 from orchestration.plan import Reference, Step
@@ -100,17 +97,16 @@ def _data_problem(value: Any, ref: Reference) -> str | None:
 
 def _schema_problem(schema: dict[str, Any], ref: Reference, capability: str) -> str | None:
     """Why ``ref`` is certainly absent from ``capability``'s output schema, if it is."""
-    resource: Resource[Any] = Resource.from_contents(schema, default_specification=DRAFT202012)
-    resolver = Registry().resolver_with_root(resource)
+    resolver = _schema.resolver_for(schema)
     current: Any = schema
     for depth, part in enumerate(ref.path):
         seen = 0
         while isinstance(current, dict) and isinstance(current.get("$ref"), str) and seen < 32:
-            try:
-                resolved = resolver.lookup(current["$ref"])
-            except Unresolvable:
+            found = _schema.lookup(current["$ref"], resolver)
+            if found is None:
                 return None
-            current, resolver, seen = resolved.contents, resolved.resolver, seen + 1
+            current, resolver = found
+            seen += 1
         if not isinstance(current, dict) or any(k in current for k in ("anyOf", "oneOf", "allOf")):
             return None  # alternatives or merges: too uncertain to reject anything
         here = _walked(ref, depth)

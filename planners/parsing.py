@@ -8,28 +8,19 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from orchestration._json import extract_json as extract_answer_json
+from orchestration._json import extract_json
+from orchestration._text import describe_validation_error
 from orchestration.catalog import Capability
 from orchestration.errors import MalformedAnswer, PlanParseError
 from orchestration.plan import STEP_ID_PATTERN, Plan
 
 
-def extract_json(text: str) -> Any:
-    """The first JSON object or array in ``text`` (fences and prose tolerated).
-
-    Raises :class:`PlanParseError` naming what is wrong when no candidate parses.
-    """
-    try:
-        return extract_answer_json(text)
-    except PlanParseError:
-        raise
-    except MalformedAnswer as exc:
-        raise PlanParseError(str(exc)) from exc
-
-
 def parse_plan(text: str) -> Plan:
     """Parse a plan from LLM output; raises :class:`PlanParseError` naming what is wrong."""
-    data = extract_json(text)
+    try:
+        data = extract_json(text)
+    except MalformedAnswer as exc:
+        raise PlanParseError(str(exc)) from exc
     if isinstance(data, list):
         data = {"steps": data}
     if not isinstance(data, dict):
@@ -40,11 +31,8 @@ def parse_plan(text: str) -> Plan:
     try:
         return Plan.model_validate(data)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors()[:10]:
-            loc = ".".join(str(p) for p in err["loc"])
-            problems.append(f"{loc or '(root)'}: {err['msg']}")
-        raise PlanParseError("the plan does not have the expected shape: " + "; ".join(problems)) from exc
+        raise PlanParseError("the plan does not have the expected shape: "
+                             + describe_validation_error(exc)) from exc
 
 
 PLAN_RESPONSE_SCHEMA: dict[str, Any] = {

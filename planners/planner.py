@@ -58,34 +58,6 @@ _TRANSIENT = frozenset({LLMErrorKind.RATE_LIMIT, LLMErrorKind.TIMEOUT, LLMErrorK
 _ECHO_LIMIT = 6000  # longest rejected answer quoted back to the LLM
 
 
-class PlannerAttempt(PlanningAttempt):
-    """One planner call: its number, purpose and ``kind`` (``accepted`` or why it failed).
-
-    ``kind`` is ``malformed``, ``length`` or ``validation`` for a rejected answer, or the
-    :class:`~orchestration.errors.LLMErrorKind` value of a failed call.
-    """
-
-    __slots__ = ("kind", "number", "purpose")
-
-    def __init__(
-        self,
-        number: int,
-        kind: str,
-        raw_output: str | None,
-        error: str,
-        finish_reason: str | None = None,
-        purpose: str = "plan",
-    ) -> None:
-        super().__init__(raw_output, error, finish_reason)
-        self.number = number
-        self.kind = kind
-        self.purpose = purpose
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "number": self.number, "kind": self.kind,
-                "purpose": self.purpose}
-
-
 class _Rejected(Exception):
     """An answer the planner will not accept, with the feedback to send about it."""
 
@@ -213,7 +185,7 @@ class Planner:
             except LLMError as exc:
                 feedback = _llm_error_feedback(exc, number, purpose)
                 retry = feedback is not None and number < tries
-                attempts.append(PlannerAttempt(number, exc.kind.value, None, str(exc), None, purpose))
+                attempts.append(PlanningAttempt(None, str(exc), None, number, exc.kind.value, purpose))
                 observation.attempt(number, "llm_error", exc.kind.value, str(exc), None,
                                     retry and feedback is not None)
                 if feedback is None:
@@ -235,15 +207,15 @@ class Planner:
                 feedback = PlanFeedback(feedback.kind, feedback.error, number, purpose,
                                         feedback.issues)
             else:
-                attempts.append(PlannerAttempt(number, "accepted", response.content, "",
-                                               response.finish_reason, purpose))
+                attempts.append(PlanningAttempt(response.content, "", response.finish_reason,
+                                                number, "accepted", purpose))
                 observation.attempt(number, "accepted", "accepted", None,
                                     response.finish_reason, False)
                 observation.set("dagwright.plan.attempts", number)
                 return result
             retry = number < tries
-            attempts.append(PlannerAttempt(number, feedback.kind, response.content, feedback.error,
-                                           response.finish_reason, purpose))
+            attempts.append(PlanningAttempt(response.content, feedback.error,
+                                            response.finish_reason, number, feedback.kind, purpose))
             observation.attempt(number, "rejected", feedback.kind, feedback.error,
                                 response.finish_reason, retry)
             if retry:

@@ -18,14 +18,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from referencing import Registry, Resource
-from referencing.exceptions import Unresolvable
-from referencing.jsonschema import DRAFT202012
-
+from orchestration import _schema
 from orchestration.catalog import Capability
 
 if TYPE_CHECKING:
-    from referencing._core import Resolver  # not re-exported by the package
+    from orchestration._schema import Resolver
 
 Schema = dict[str, Any]
 
@@ -59,7 +56,7 @@ def _number(value: Any) -> str:
 class _Scope:
     """Where a subschema is being rendered: its resolver, the $refs being expanded, depth."""
 
-    resolver: Resolver[Schema]
+    resolver: Resolver
     expanding: tuple[int, ...] = ()
     depth: int = 0
 
@@ -144,22 +141,20 @@ class SignatureRenderer:
         if not isinstance(schema, dict):
             # ``true`` / ``false`` schemas: anything / nothing.
             return _Node({} if schema is not False else {"not": {}}, scope)
-        if "$id" in schema and scope.depth > 0:
-            scope = replace(scope, resolver=scope.resolver.in_subresource(
-                Resource.from_contents(schema, default_specification=DRAFT202012)))
+        if scope.depth > 0:
+            scope = replace(scope, resolver=_schema.enter(schema, scope.resolver))
         ref_name = None
         while isinstance(schema.get("$ref"), str):
             ref = schema["$ref"]
-            try:
-                resolved = scope.resolver.lookup(ref)
-            except Unresolvable:
+            found = _schema.lookup(ref, scope.resolver)
+            if found is None:
                 return _Node(schema, scope, unresolved=ref)
-            target = resolved.contents
+            target, target_resolver = found
             ref_name = ref.rstrip("/").rsplit("/", 1)[-1] or ref
             if id(target) in scope.expanding:
                 return _Node(schema, scope, ref_name=ref_name, recursive=True)
             siblings = {k: v for k, v in schema.items() if k != "$ref"}
-            scope = replace(scope, resolver=resolved.resolver,
+            scope = replace(scope, resolver=target_resolver,
                             expanding=(*scope.expanding, id(target)))
             schema = {**target, **siblings} if isinstance(target, dict) else {}
         parts = schema.get("allOf")
@@ -333,9 +328,7 @@ def _value_facts(s: Schema, name: str) -> list[str]:
 def _root_scope(schema: Any) -> _Scope:
     if not isinstance(schema, dict):
         schema = {}
-    resource: Resource[Schema] = Resource.from_contents(
-        schema, default_specification=DRAFT202012)
-    return _Scope(resolver=Registry().resolver_with_root(resource))
+    return _Scope(resolver=_schema.resolver_for(schema))
 
 
 def _types(s: Schema) -> list[str]:

@@ -34,7 +34,7 @@ def test_bad_retry_override_is_rejected_at_load_naming_the_capability() -> None:
 
 def test_invalid_schema_is_rejected_naming_the_capability() -> None:
     cat = Catalog()
-    with pytest.raises(CatalogError, match=r"capability 'x.y': invalid input_schema at properties/a"):
+    with pytest.raises(CatalogError, match=r"capability 'x.y': invalid input_schema at \$\.properties\.a\.type"):
         cat.add_function(lambda: 1, tool="x", capability="y",
                          input_schema={"type": "object", "properties": {"a": {"type": "nope"}}})
 
@@ -73,3 +73,28 @@ def test_duplicate_and_unknown_lookups() -> None:
     assert cat.get("x", "y").idempotent is True
     http = cat.add_http(tool="h", capability="post", url="http://127.0.0.1:9/p")
     assert http.idempotent is False  # POST defaults to non-idempotent
+
+
+def _one_capability(**fields: object) -> dict[str, object]:
+    return {"tools": [{"name": "pay", "base_url": "http://127.0.0.1:9", "capabilities": [
+        {"name": "send", "path": "/send", **fields}]}]}
+
+
+def test_a_misspelt_layer_override_is_rejected_naming_file_tool_capability_and_key() -> None:
+    with pytest.raises(CatalogError) as caught:
+        Catalog.from_dict(_one_capability(layers={"validaton_feedback_enabled": False}),
+                          source="tools.yaml")
+    message = str(caught.value)
+    assert message.startswith("tools.yaml: tool 'pay': capability 'pay.send': ")
+    assert "unknown layer setting(s) 'validaton_feedback_enabled'" in message
+    assert "did you mean 'validation_feedback_enabled'?" in message
+
+
+@pytest.mark.parametrize("overrides", [
+    {"max_validation_retries": "two"},
+    {"validation_feedback_enabled": "false"},  # a quoted YAML value is not a boolean
+    {"semantic_retry_max_attempts": -1},
+])
+def test_a_layer_override_of_the_wrong_type_is_rejected(overrides: dict[str, object]) -> None:
+    with pytest.raises(CatalogError, match=rf"capability 'pay.send': invalid layer setting: {next(iter(overrides))}"):
+        Catalog.from_dict(_one_capability(layers=overrides))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchestration import Catalog, Plan, PlanParseError, PlanValidationError, validate_plan
-from planners import extract_json, parse_plan
+from planners import parse_plan
 
 
 @pytest.fixture
@@ -109,8 +109,9 @@ def test_parse_plan_errors_name_the_problem(text: str, match: str) -> None:
         parse_plan(text)
 
 
-def test_extract_json_skips_braces_in_prose() -> None:
-    assert extract_json('use {curly} braces: {"a": 1}') == {"a": 1}
+def test_plan_json_is_found_after_braces_in_prose() -> None:
+    plan = parse_plan('use {curly} braces: {"steps": [{"id": "a", "tool": "t", "capability": "c"}]}')
+    assert [s.id for s in plan.steps] == ["a"]
 
 
 def test_bad_per_step_retry_override_is_a_plan_issue(catalog: Catalog) -> None:

@@ -27,12 +27,14 @@ plain 5xx never get here: resilience stops or retries them first.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from executors._binding import BindingFailure, bind_params
 from executors.faults import resend_blocked, semantic_trigger
-from executors.layers._prompting import clip, data_block, parse_json_object, to_json
 from executors.recovery import Decision, GiveUp, StepState
+from orchestration._json import extract_object
+from orchestration._text import clip, data_block, to_json
 from orchestration.errors import LLMBudgetExceeded, LLMError
 from orchestration.llm.base import LLMRequest
 from orchestration.protocol import StepError
@@ -243,22 +245,19 @@ class SemanticRetry:
 # --- helpers (pure) ----------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
 class SemanticAnswer:
     """A checked layer-4 answer."""
 
-    __slots__ = ("analysis", "corrected_parameters", "is_transient_error", "should_retry")
-
-    def __init__(self, should_retry: bool, corrected_parameters: dict[str, Any],
-                 analysis: str, is_transient_error: bool) -> None:
-        self.should_retry = should_retry
-        self.corrected_parameters = corrected_parameters
-        self.analysis = analysis
-        self.is_transient_error = is_transient_error
+    should_retry: bool
+    corrected_parameters: dict[str, Any]
+    analysis: str
+    is_transient_error: bool
 
 
 def parse_answer(text: str) -> SemanticAnswer:
     """The answer in ``text``; ``ValueError`` naming what is wrong with it."""
-    data = parse_json_object(text)
+    data = extract_object(text)
     should_retry = data.get("should_retry")
     if not isinstance(should_retry, bool):
         raise ValueError(f"'should_retry' must be true or false, got {should_retry!r}")

@@ -36,9 +36,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError, model_validator
 
 from executors.faults import correction_trigger
-from executors.layers._prompting import clip, data_block, parse_json_object, to_json
 from executors.recovery import Decision, GiveUp, StepState
-from orchestration._text import describe_validation_error
+from orchestration._json import extract_object
+from orchestration._text import clip, data_block, describe_validation_error, to_json
 from orchestration.errors import LLMError
 from orchestration.llm.base import LLMRequest
 from orchestration.protocol import ErrorCategory, StepError
@@ -122,7 +122,7 @@ class FeedbackAnswer(BaseModel):
 def parse_answer(content: str, failed_params: dict[str, Any]) -> FeedbackAnswer:
     """The usable answer in ``content``; raises ``ValueError`` saying what is wrong with it."""
     try:
-        answer = FeedbackAnswer.model_validate(parse_json_object(content))
+        answer = FeedbackAnswer.model_validate(extract_object(content))
     except ValidationError as exc:
         problems = describe_validation_error(exc, root="answer")
         raise ValueError(f"the answer does not have the required shape ({problems})") from exc

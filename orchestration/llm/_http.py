@@ -47,10 +47,6 @@ def redact(text: str, secret: str | None) -> str:
     return text
 
 
-def truncate(text: str, limit: int = RAW_BODY_LIMIT) -> str:
-    return clip(text, limit)
-
-
 _NAME_INVALID = re.compile(r"[^A-Za-z0-9_-]")
 
 
@@ -141,9 +137,9 @@ def error_for_status(response: httpx.Response, *, provider: str, secret: str | N
     """Classify a non-2xx answer into an :class:`LLMError` carrying the provider's message."""
     status = response.status_code
     body = redact(response.text, secret)
-    message = provider_error_message(body) or (body.strip() and truncate(body.strip(), 300))
+    message = provider_error_message(body) or (body.strip() and clip(body.strip(), 300))
     message = message or response.reason_phrase or "no error message"
-    raw = truncate(body)
+    raw = clip(body, RAW_BODY_LIMIT)
     if status == 429:
         retry_after = parse_retry_after(response.headers.get("retry-after"))
         if retry_after is None:
@@ -173,7 +169,7 @@ def malformed(
         reason,
         status=response.status_code,
         provider=provider,
-        raw=truncate(redact(response.text, secret)),
+        raw=clip(redact(response.text, secret), RAW_BODY_LIMIT),
     )
 
 
