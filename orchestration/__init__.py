@@ -1,6 +1,8 @@
 """dagwright: plan a query into a DAG of tool calls with an LLM and run it reliably.
 
-The public API lives here; see ``docs/api.md``.
+The public API lives here; see ``docs/api.md``. Modules whose names start with an
+underscore are internal and may change without notice; every other module declares its
+public names in ``__all__`` (tests/test_public_api.py pins them).
 """
 
 from orchestration.catalog import Capability, Catalog
@@ -19,28 +21,64 @@ from orchestration.errors import (
     StepFailed,
     ToolFailed,
 )
+from orchestration.layer_settings import LayerSettings
 from orchestration.llm.base import LLMClient, LLMRequest, LLMResponse, TokenUsage
 from orchestration.llm.scripted import ScriptedLLM
 from orchestration.orchestrator import Orchestrator
 from orchestration.plan import Plan, Step, ValidatedPlan, validate_plan
 from orchestration.protocol import (
     ErrorCategory,
+    ErrorSource,
     StepError,
     ToolError,
     ToolResponse,
     http_status_for_category,
 )
 from orchestration.result import Attempt, RunResult, RunUsage, StepResult
+from orchestration.retry_policy import RetryPolicy
+from orchestration.state import RunState
 
 __version__ = "0.1.0"
 
 
 __all__ = [
-    "Attempt", "Capability", "Catalog", "CatalogError", "ConfigError", "DagwrightError",
-    "ErrorCategory", "LLMBudgetExceeded", "LLMClient", "LLMError", "LLMErrorKind",
-    "LLMRequest", "LLMResponse", "Orchestrator", "OrchestratorConfig", "Plan",
-    "PlanParseError", "PlanValidationError", "PlanningError", "RetryExhausted", "RunResult",
-    "RunUsage", "ScriptedLLM", "Step", "StepError", "StepFailed", "StepResult", "TokenUsage",
-    "ToolError", "ToolFailed", "ToolResponse", "ValidatedPlan", "__version__",
-    "http_status_for_category", "validate_plan",
+    "Attempt",
+    "Capability",
+    "Catalog",
+    "CatalogError",
+    "ConfigError",
+    "DagwrightError",
+    "ErrorCategory",
+    "ErrorSource",
+    "LLMBudgetExceeded",
+    "LLMClient",
+    "LLMError",
+    "LLMErrorKind",
+    "LLMRequest",
+    "LLMResponse",
+    "LayerSettings",
+    "Orchestrator",
+    "OrchestratorConfig",
+    "Plan",
+    "PlanParseError",
+    "PlanValidationError",
+    "PlanningError",
+    "RetryExhausted",
+    "RetryPolicy",
+    "RunResult",
+    "RunState",
+    "RunUsage",
+    "ScriptedLLM",
+    "Step",
+    "StepError",
+    "StepFailed",
+    "StepResult",
+    "TokenUsage",
+    "ToolError",
+    "ToolFailed",
+    "ToolResponse",
+    "ValidatedPlan",
+    "__version__",
+    "http_status_for_category",
+    "validate_plan",
 ]

@@ -26,6 +26,8 @@ from orchestration.errors import CatalogError, ConfigError
 from orchestration.layer_settings import check_layer_overrides
 from orchestration.retry_policy import check_overrides
 
+__all__ = ["IDEMPOTENT_METHODS", "Capability", "Catalog", "check_schema"]
+
 _TOOL_DEFAULTS = ("timeout_s", "headers", "retry", "layers")
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 _NAME = r"^[A-Za-z_][A-Za-z0-9_.-]*$"

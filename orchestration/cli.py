@@ -18,6 +18,8 @@ from orchestration.orchestrator import Orchestrator
 from orchestration.plan import ValidatedPlan
 from orchestration.result import RunResult
 
+__all__ = ["build_parser", "main", "render_plan", "render_result"]
+
 SYMBOLS = {"succeeded": "✔", "failed": "✘", "skipped": "⊘"}
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+__all__ = ["Clock", "ManualClock"]
+
 
 class Clock:
     """Real time: ``time.monotonic`` and ``asyncio.sleep``."""

@@ -15,6 +15,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from orchestration.layer_settings import DEFAULT_VALIDATION_ERROR_PATTERNS
 
+__all__ = ["OrchestratorConfig"]
+
 
 class OrchestratorConfig(BaseSettings):
     """Every knob of the engine. See ``docs/configuration.md`` for each one's purpose."""

@@ -38,6 +38,8 @@ from orchestration.llm.base import LLMRequest, LLMResponse
 from orchestration.logging_setup import get_logger
 from orchestration.redaction import DEFAULT_REDACTOR, Redactor
 
+__all__ = ["LLMDebugStore", "iter_records", "read_run", "render_run"]
+
 log = get_logger("dagwright.debug_store")
 
 

@@ -35,6 +35,24 @@ from orchestration.protocol import ErrorCategory, StepError
 if TYPE_CHECKING:
     from orchestration.result import Attempt
 
+__all__ = [
+    "CatalogError",
+    "ConfigError",
+    "DagwrightError",
+    "LLMBudgetExceeded",
+    "LLMError",
+    "LLMErrorKind",
+    "MalformedAnswer",
+    "PlanIssue",
+    "PlanParseError",
+    "PlanValidationError",
+    "PlanningAttempt",
+    "PlanningError",
+    "RetryExhausted",
+    "StepFailed",
+    "ToolFailed"
+]
+
 
 class DagwrightError(Exception):
     """Base class of every error dagwright raises on purpose."""

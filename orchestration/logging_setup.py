@@ -33,6 +33,22 @@ from orchestration.redaction import DEFAULT_REDACTOR, Redactor
 if TYPE_CHECKING:
     from orchestration.config import OrchestratorConfig
 
+__all__ = [
+    "CONTEXT_FIELDS",
+    "ROOT_LOGGER",
+    "TEXT_FORMAT",
+    "ContextFilter",
+    "JsonFormatter",
+    "LogContext",
+    "TextFormatter",
+    "configure_logging",
+    "current_context",
+    "current_redactor",
+    "extra_fields",
+    "get_logger",
+    "log_context"
+]
+
 ROOT_LOGGER = "dagwright"
 CONTEXT_FIELDS = ("run_id", "step_id", "trace_id", "span_id")
 

@@ -21,6 +21,20 @@ from orchestration.catalog import Catalog
 from orchestration.errors import CatalogError, ConfigError, PlanIssue, PlanValidationError
 from orchestration.retry_policy import check_overrides
 
+__all__ = [
+    "REFERENCE_RE",
+    "STEP_ID_PATTERN",
+    "Plan",
+    "Reference",
+    "Step",
+    "ValidatedPlan",
+    "find_references",
+    "iter_strings",
+    "parse_references",
+    "validate_plan",
+    "whole_reference"
+]
+
 STEP_ID_PATTERN = r"[A-Za-z_][A-Za-z0-9_-]*"
 _SEGMENT = r"(?:\.[A-Za-z0-9_-]+|\[\d+\])"
 REFERENCE_RE = re.compile(r"\{\{\s*(" + STEP_ID_PATTERN + r")(" + _SEGMENT + r"*)\s*\}\}")

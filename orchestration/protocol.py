@@ -18,6 +18,21 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestration._text import clip
 
+__all__ = [
+    "HTTP_STATUS_FOR_CATEGORY",
+    "MAX_ERROR_BODY_CHARS",
+    "ClassifiedResponse",
+    "ErrorCategory",
+    "ErrorSource",
+    "StepError",
+    "ToolError",
+    "ToolResponse",
+    "category_for_status",
+    "classify_http_response",
+    "http_status_for_category",
+    "parse_retry_after"
+]
+
 
 class ErrorCategory(StrEnum):
     """Why a call failed; decides which defense layer (if any) may act on it.

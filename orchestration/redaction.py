@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from orchestration.catalog import Catalog
     from orchestration.config import OrchestratorConfig
 
+__all__ = ["DEFAULT_REDACTOR", "MASK", "SENSITIVE_NAME", "Redactor", "secret_header_values"]
+
 MASK = "[REDACTED]"
 
 # Names of fields/headers whose values are secrets whatever they look like.

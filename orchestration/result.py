@@ -13,6 +13,11 @@ from pydantic import BaseModel, Field
 from orchestration.errors import DagwrightError, RetryExhausted, StepFailed
 from orchestration.protocol import ErrorCategory, StepError
 
+__all__ = [
+    "Attempt", "AttemptOutcome", "CoercionRecord", "Layer", "RunResult", "RunStatus", "RunUsage",
+    "StepResult", "StepStatus"
+]
+
 Layer = Literal[
     "plan",  # parameters as the planner wrote them (layer 1)
     "resilience",  # same parameters again after a transport fault

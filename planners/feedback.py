@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+__all__ = ["DefaultFeedbackFormatter", "FeedbackFormatter", "FeedbackKind", "PlanFeedback"]
+
 FeedbackKind = Literal["malformed", "length", "validation"]
 
 

@@ -14,6 +14,8 @@ from orchestration.catalog import Capability
 from orchestration.errors import MalformedAnswer, PlanParseError
 from orchestration.plan import STEP_ID_PATTERN, Plan
 
+__all__ = ["PLAN_RESPONSE_SCHEMA", "parse_plan", "plan_response_schema"]
+
 
 def parse_plan(text: str) -> Plan:
     """Parse a plan from LLM output; raises :class:`PlanParseError` naming what is wrong."""

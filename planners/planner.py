@@ -51,6 +51,8 @@ from planners.prompt import BuiltPrompt, PlannerTemplates, PromptBuilder
 from planners.replan import RepairPlan, RepairSituation, validate_repair
 from planners.signatures import SignatureRenderer
 
+__all__ = ["Planner"]
+
 T = TypeVar("T")
 
 _TRANSIENT = frozenset({LLMErrorKind.RATE_LIMIT, LLMErrorKind.TIMEOUT, LLMErrorKind.CONNECTION,

@@ -24,6 +24,14 @@ from orchestration.config import OrchestratorConfig
 from planners._selection import Selection, select_capabilities
 from planners.signatures import SignatureRenderer, render_raw_capability
 
+__all__ = [
+    "TEMPLATE_FIELDS",
+    "BuiltPrompt",
+    "PlannerTemplates",
+    "PromptBuilder",
+    "default_template"
+]
+
 TEMPLATE_FIELDS: dict[str, frozenset[str]] = {
     "system": frozenset({"type_rules", "example", "capabilities", "omitted_note"}),
     "user": frozenset({"query"}),

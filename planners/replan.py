@@ -23,6 +23,8 @@ from orchestration.plan import Plan, Step, ValidatedPlan, validate_plan
 from orchestration.result import StepResult
 from planners._references import check_reference_paths
 
+__all__ = ["RepairPlan", "RepairSituation", "validate_repair"]
+
 
 @dataclass
 class RepairSituation:

@@ -24,6 +24,8 @@ from orchestration.catalog import Capability
 if TYPE_CHECKING:
     from orchestration._schema import Resolver
 
+__all__ = ["SignatureRenderer", "render_raw_capability"]
+
 Schema = dict[str, Any]
 
 _FORMAT_HINTS = {

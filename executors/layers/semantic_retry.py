@@ -40,6 +40,8 @@ from orchestration.llm.base import LLMRequest
 from orchestration.protocol import StepError
 from orchestration.result import Attempt
 
+__all__ = ["COUNTER", "PURPOSE", "RESPONSE_SCHEMA", "SemanticAnswer", "SemanticRetry", "parse_answer"]
+
 PURPOSE = "semantic_retry"
 COUNTER = "semantic_retry"
 OVERRIDES = "transient_override"

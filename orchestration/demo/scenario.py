@@ -17,6 +17,16 @@ from typing import Any
 from orchestration.demo.tools import DemoTools
 from orchestration.llm.base import LLMRequest
 
+__all__ = [
+    "Answer",
+    "Responder",
+    "Scenario",
+    "block_json",
+    "block_text",
+    "scripted_llm_for",
+    "scripted_synthesis"
+]
+
 Answer = str | dict[str, Any]
 Responder = Callable[[LLMRequest], Answer]
 

@@ -16,6 +16,8 @@ from orchestration.demo.scenario import Scenario, block_text
 from orchestration.demo.tools import DemoTools, NotFoundAs503, RateLimited, ServiceUnavailable, Status
 from orchestration.llm.base import LLMRequest
 
+__all__ = ["layer4_scenarios"]
+
 
 def _no_fix(analysis: str) -> dict[str, Any]:
     return {"should_retry": False, "is_transient_error": False, "corrected_parameters": {},

@@ -30,6 +30,31 @@ from typing import Any
 
 from orchestration.protocol import ErrorCategory, ToolError
 
+__all__ = [
+    "CITIES",
+    "COMPANY_SYMBOLS",
+    "CONDITIONS",
+    "CURRENCIES",
+    "CURRENCY",
+    "DEMO_TOOL_SPECS",
+    "STOCKS",
+    "STOCK_PRICES",
+    "USD_RATES",
+    "WEATHER",
+    "CapabilitySpec",
+    "City",
+    "Handler",
+    "HintFunction",
+    "JSONDict",
+    "ToolFailure",
+    "ToolSpec",
+    "cross_rate",
+    "forecast",
+    "input_error",
+    "not_found",
+    "suggest_symbol"
+]
+
 JSONDict = dict[str, Any]
 Handler = Callable[[JSONDict], Any]
 HintFunction = Callable[[Any], str | None]

@@ -60,6 +60,25 @@ from orchestration.protocol import (
     http_status_for_category,
 )
 
+__all__ = [
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+    "MAX_BODY_BYTES",
+    "DemoToolServer",
+    "DemoTools",
+    "Drop",
+    "Fault",
+    "Garbage",
+    "Hang",
+    "NotFoundAs503",
+    "RateLimited",
+    "RecordedRequest",
+    "ServiceUnavailable",
+    "Status",
+    "serve_forever",
+    "start_demo_tools"
+]
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"

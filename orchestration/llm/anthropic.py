@@ -30,6 +30,8 @@ from orchestration.llm._http import (
 from orchestration.llm.base import LLMRequest, LLMResponse, TokenUsage
 from orchestration.llm.scripted import estimate_tokens
 
+__all__ = ["AnthropicClient", "AnthropicStructuredOutput", "split_messages"]
+
 AnthropicStructuredOutput = Literal["auto", "tool", "none"]
 
 _STOP_REASONS = {

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+__all__ = ["LLMClient", "LLMRequest", "LLMResponse", "TokenUsage"]
+
 
 @dataclass(frozen=True)
 class TokenUsage:

@@ -35,6 +35,8 @@ from orchestration.llm._http import (
 from orchestration.llm.base import LLMRequest, LLMResponse, TokenUsage
 from orchestration.llm.scripted import estimate_tokens
 
+__all__ = ["EffectiveStructuredOutput", "OpenAICompatibleClient", "StructuredOutputMode"]
+
 StructuredOutputMode = Literal["auto", "json_schema", "json_object", "none"]
 EffectiveStructuredOutput = Literal["json_schema", "json_object", "none"]
 

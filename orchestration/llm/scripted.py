@@ -15,6 +15,8 @@ from typing import Any
 from orchestration.errors import LLMError, LLMErrorKind
 from orchestration.llm.base import LLMRequest, LLMResponse, TokenUsage
 
+__all__ = ["ScriptFunction", "ScriptedAnswer", "ScriptedLLM", "estimate_tokens"]
+
 ScriptedAnswer = str | dict[str, Any] | list[Any] | LLMResponse | BaseException
 ScriptFunction = Callable[[LLMRequest], "ScriptedAnswer | Awaitable[ScriptedAnswer]"]
 

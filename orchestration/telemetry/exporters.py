@@ -24,6 +24,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import ConfigError
 
+__all__ = ["tracer_provider_from_config"]
+
 
 def _otlp_exporter() -> SpanExporter:
     try:

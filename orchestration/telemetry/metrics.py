@@ -13,6 +13,8 @@ from typing import Any
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
+__all__ = ["Metrics"]
+
 _SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _MS_BUCKETS = (10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
 _TC = ("tool", "capability")

@@ -20,6 +20,8 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 from prometheus_client.multiprocess import MultiProcessCollector
 
+__all__ = ["MULTIPROC_ENV", "MetricsServer", "multiprocess_registry", "serve_metrics"]
+
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
