@@ -55,7 +55,7 @@ python -m benchmarks.throughput    # concurrent runs per second and memory per r
 ```
 
 `--quick` runs every script at small sizes in a few seconds (the smoke test in
-`tests/test_benchmarks_smoke.py` does that so the scripts cannot rot); `--report PATH`
+`tests/benchmarks/test_benchmarks_smoke.py` does that so the scripts cannot rot); `--report PATH`
 writes elsewhere and `--no-report` only prints.
 """
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests import ROOT
 
 
 def test_tour_runs_and_its_comments_hold(monkeypatch: pytest.MonkeyPatch) -> None:

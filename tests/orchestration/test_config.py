@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from orchestration import Catalog, ConfigError, Orchestrator, OrchestratorConfig
 from orchestration.cli import main
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests import ROOT
 
 
 def _gen() -> ModuleType:

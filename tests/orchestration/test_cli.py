@@ -7,8 +7,7 @@ from pathlib import Path
 
 from orchestration.cli import main
 from orchestration.demo.tools import DemoTools
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests import ROOT
 
 
 def test_demo_runs_every_scenario_as_expected() -> None:

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 from orchestration import Catalog, ErrorCategory, Orchestrator, OrchestratorConfig, ScriptedLLM
 from orchestration.demo.tools import DemoTools, Drop, Garbage, Hang, Status
 from orchestration.llm.openai_compat import OpenAICompatibleClient
+from tests import ROOT
 from tests.llm_servers import FakeOpenAIServer
 
 WEATHER_PLAN = {"steps": [
@@ -160,12 +161,12 @@ def test_catalog_discovery_from_capabilities_endpoint(demo_tools: DemoTools) -> 
 
 
 def test_example_catalog_file_loads() -> None:
-    catalog = Catalog.from_file(Path(__file__).parent.parent / "config" / "catalog.example.yaml")
+    catalog = Catalog.from_file(ROOT / "config" / "catalog.example.yaml")
     assert catalog.get("currency", "convert").url == "http://127.0.0.1:8701/convert"
 
 
 def test_example_catalog_matches_the_demo_tools(demo_tools: DemoTools) -> None:
-    example = Catalog.from_file(Path(__file__).parent.parent / "config" / "catalog.example.yaml")
+    example = Catalog.from_file(ROOT / "config" / "catalog.example.yaml")
     live = Catalog.from_dict(demo_tools.catalog_dict())
     assert {c.key: (c.input_schema, c.method) for c in example} == {
         c.key: (c.input_schema, c.method) for c in live}

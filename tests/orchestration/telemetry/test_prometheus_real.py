@@ -30,9 +30,9 @@ from prometheus_client import CollectorRegistry
 from orchestration import Catalog
 from orchestration.demo.tools import DemoTools
 from orchestration.telemetry import Metrics, serve_metrics
-from tests.test_observability import run_auth_failure, run_every_layer
+from tests import ROOT
+from tests.orchestration.telemetry.test_observability import run_auth_failure, run_every_layer
 
-ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "config" / "grafana" / "dagwright.json"
 ALERTS = ROOT / "config" / "prometheus" / "alerts.yml"
 EXAMPLE_CONFIG = ROOT / "config" / "prometheus" / "prometheus.yml"
