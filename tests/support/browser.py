@@ -4,6 +4,14 @@ Playwright normally runs browsers it downloads itself (``playwright install``); 
 here reach only package registries, so we drive Debian's ``chromium`` package through
 ``executable_path`` and never download a browser.
 
+Why one browser per test, not per session: the sync Playwright API marks the thread's
+asyncio event loop as running for as long as Playwright is started (that is how it hands
+control to its driver between calls). A session-wide instance therefore breaks every later
+``async def`` test and every ``Orchestrator.run()`` in the session. Started and stopped
+around one test, it costs about 0.7 s more than sharing it would. For the same reason,
+inside a browser test run the server under test in another thread (its own event loop),
+not with ``asyncio.run`` in the test's thread.
+
 Each ``launch`` gets a fresh profile: Playwright refuses ``--user-data-dir`` in ``args``
 and instead creates a new temporary profile directory for every launched browser, and
 deletes it on close; each ``browser.new_context()`` is a further isolated, incognito-like
@@ -18,6 +26,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -72,3 +82,21 @@ def chromium_launch_options(headless: bool = True) -> dict[str, Any]:
 def launch_chromium(playwright: Playwright, headless: bool = True) -> Browser:
     """Launch Debian's Chromium with our flags through a started sync Playwright."""
     return playwright.chromium.launch(**chromium_launch_options(headless))
+
+
+@contextmanager
+def open_chromium(headless: bool = True) -> Iterator[Browser]:
+    """Start sync Playwright and Debian's Chromium; close both (and free the thread's event loop) after.
+
+    Raises ``ServerUnavailable`` when Chromium or Playwright is missing.
+    """
+    find_chromium()
+    require_playwright()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = launch_chromium(playwright, headless)
+        try:
+            yield browser
+        finally:
+            browser.close()

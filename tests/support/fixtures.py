@@ -1,9 +1,10 @@
 """Pytest fixtures for the real servers, loaded by ``pytest_plugins`` in ``tests/conftest.py``.
 
-Servers are session-scoped because starting them costs up to a second each; a test that
-needs a clean slate asks for a fresh database (``postgres_server.create_database``), a
-unique task queue / workflow id on Temporal, or the function-scoped ``browser_page``
-(its own browser context). A missing binary or package skips the test with the reason
+PostgreSQL and Temporal are session-scoped, because starting them costs up to a second
+each; a test that needs a clean slate asks for a fresh database
+(``postgres_server.create_database``) or uses a unique task queue and workflow id.
+Chromium is started per test: sync Playwright cannot outlive a test without breaking the
+asyncio tests that follow (see tests/support/browser.py). A missing binary or package skips the test with the reason
 from ``ServerUnavailable``. How long each server took to start is printed at the end of
 the run, so CI logs show what the real-server tests cost.
 """
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
-from tests.support.browser import launch_chromium, require_playwright
+from tests.support.browser import open_chromium
 from tests.support.net import ServerUnavailable
 from tests.support.postgres import PostgresServer, start_postgres
 from tests.support.temporal import TemporalServer, start_temporal_dev_server
@@ -59,25 +60,20 @@ def temporal_server() -> Iterator[TemporalServer]:
         _skip("TEMPORAL", error)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def chromium_browser() -> Iterator[Browser]:
-    """Headless Debian Chromium driven by sync Playwright, shared by the session.
+    """Headless Debian Chromium driven by sync Playwright, for one test.
 
-    Sync API: use it from plain (not ``async def``) tests; async tests launch their own
-    with ``tests.support.browser.chromium_launch_options()``.
+    One per test, not per session: while sync Playwright runs, the thread's event loop is
+    marked running, which would break every later asyncio test (see tests/support/browser.py).
+    Use it from plain (not ``async def``) tests; async tests launch their own with
+    ``tests.support.browser.chromium_launch_options()``.
     """
     started = time.monotonic()
     try:
-        require_playwright()
-        from playwright.sync_api import sync_playwright
-
-        with sync_playwright() as playwright:
-            browser = launch_chromium(playwright)
-            _START_UP_TIMES["chromium"] = time.monotonic() - started
-            try:
-                yield browser
-            finally:
-                browser.close()
+        with open_chromium() as browser:
+            _START_UP_TIMES.setdefault("chromium (per test, first)", time.monotonic() - started)
+            yield browser
     except ServerUnavailable as error:
         _skip("CHROMIUM", error)
 

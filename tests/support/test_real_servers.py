@@ -6,6 +6,7 @@ client and worker, Playwright), so a fixture that only pretended to start a serv
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import os
 import struct
@@ -19,8 +20,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.support.browser import CHROMIUM_FLAGS
-from tests.support.net import LOOPBACK, child_pids, listening_sockets
+from tests.support.browser import CHROMIUM_FLAGS, open_chromium
+from tests.support.net import LOOPBACK, ServerUnavailable, child_pids, listening_sockets
 from tests.support.postgres import PostgresServer
 from tests.support.temporal import TemporalServer
 
@@ -213,3 +214,24 @@ def test_browser_runs_with_our_flags_a_fresh_profile_and_no_open_port(browser_pa
     profile = next(a.split("=", 1)[1] for a in main[0] if a.startswith("--user-data-dir="))
     assert Path(profile).is_dir() and Path(profile).resolve().is_relative_to(Path(tempfile.gettempdir()).resolve())
     assert_loopback_only(list(processes))  # Playwright talks over a pipe: no debugging port
+
+
+@pytest.mark.browser
+def test_the_thread_runs_asyncio_again_once_the_browser_is_closed() -> None:
+    """Why the browser fixtures are per test: sync Playwright blocks asyncio in its thread while it runs."""
+    async def answer() -> int:
+        await asyncio.sleep(0)
+        return 42
+
+    try:
+        with open_chromium() as browser:
+            page = browser.new_page()
+            page.set_content("<p id='x'>inside</p>")
+            assert page.text_content("#x") == "inside"
+            coroutine = answer()
+            with pytest.raises(RuntimeError, match="running event loop"):
+                asyncio.run(coroutine)
+            coroutine.close()
+    except ServerUnavailable as error:
+        pytest.skip(f"REAL CHROMIUM NOT AVAILABLE, test skipped: {error}")
+    assert asyncio.run(answer()) == 42
