@@ -11,6 +11,9 @@ from orchestration import Catalog
 from orchestration.demo.tools import DemoTools, start_demo_tools
 from tests.llm_servers import anthropic_server, closed_port_url, openai_server  # noqa: F401
 
+# real PostgreSQL, Temporal and Chromium fixtures (postgres_dsn, temporal_server, browser_page...)
+pytest_plugins = ["tests.support.fixtures"]
+
 
 @pytest.fixture(scope="session")
 def demo_tools_session() -> Iterator[DemoTools]:
