@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from executors._prepare import CapabilityCache
 from executors._scheduler import run_dag
-from executors._step_runner import StepRunner
+from executors._step_runner import ResumePoint, StepRunner
 from executors.recovery import RecoveryHandler
 from orchestration.plan import ValidatedPlan
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError
@@ -26,13 +26,18 @@ class Executor:
         self.handlers: list[RecoveryHandler] = list(handlers or [])
 
     async def execute(
-        self, plan: ValidatedPlan, run: RunState, services: RunServices
+        self, plan: ValidatedPlan, run: RunState, services: RunServices,
+        *, resume: ResumePoint | None = None,
     ) -> dict[str, StepResult]:
-        """Run every step of ``plan``; each result is recorded in ``run`` as it finishes.
+        """Run every step of ``plan`` that ``run`` has not finished yet; each result is
+        recorded in ``run`` (and its store) as it finishes.
 
+        Steps ``run`` already holds (a resumed run) are not run again: their results
+        count as done, so their successors start and their failures skip descendants.
         Returns this plan's results in plan order.
         """
-        runner = StepRunner(plan, run, services, self.capabilities, self.handlers)
+        runner = StepRunner(plan, run, services, self.capabilities, self.handlers, resume)
+        done = {sid: run.steps[sid] for sid in plan.order if sid in run.steps}
 
         async def run_step(step_id: str) -> StepResult:
             try:
@@ -48,6 +53,7 @@ class Executor:
                     ),
                 )
             run.record_step(result)
+            services.recorder.save_step(result)
             return result
 
         def skip_step(step_id: str, reason: str) -> StepResult:
@@ -56,9 +62,10 @@ class Executor:
             result = StepResult(id=step_id, tool=step.tool, capability=step.capability,
                                 status="skipped", skipped_reason=reason)
             run.record_step(result)
+            services.recorder.save_step(result)
             return result
 
-        results = await run_dag(plan, run_step, skip_step,
+        results = await run_dag(plan, run_step, skip_step, done=done,
                                 max_concurrency=services.config.max_concurrency,
                                 deadline=services.deadline)
         run.arrange(list(results))

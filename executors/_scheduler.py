@@ -27,17 +27,26 @@ async def run_dag(
     *,
     max_concurrency: int,
     deadline: float | None = None,
+    done: dict[str, StepResult] | None = None,
 ) -> dict[str, StepResult]:
     """Run every step of ``plan``; returns a result for each, in topological order.
 
     ``run_step`` must not raise (it turns failures into failed results). Steps that could
     not start — an upstream failure, or the run ``deadline`` (event-loop time) passed —
-    get ``skip_step(step_id, reason)``.
+    get ``skip_step(step_id, reason)``. Steps in ``done`` (a resumed run) are not run:
+    they count as finished with the result given.
     """
     graph = plan.graph
     waiting = {node: graph.in_degree(node) for node in plan.order}
-    ready: deque[str] = deque(node for node in plan.order if waiting[node] == 0)
-    results: dict[str, StepResult] = {}
+    results: dict[str, StepResult] = {n: done[n] for n in plan.order if done and n in done}
+    for node, result in list(results.items()):
+        if result.status == "succeeded":
+            for successor in graph.successors(node):
+                waiting[successor] -= 1
+        else:
+            _skip_downstream(plan, node, results, skip_step, result.status)
+    ready: deque[str] = deque(node for node in plan.order
+                              if waiting[node] == 0 and node not in results)
     done_queue: asyncio.Queue[tuple[str, asyncio.Task[StepResult]]] = asyncio.Queue()
     running: dict[str, asyncio.Task[StepResult]] = {}
     loop = asyncio.get_running_loop()
@@ -90,6 +99,11 @@ def _skip_downstream(
     skip_step: SkipStep,
     status: str,
 ) -> None:
+    why = _UPSTREAM.get(status, status)
     for node in plan.descendants(step_id):
         if node not in results:
-            results[node] = skip_step(node, f"upstream step {step_id!r} {status}")
+            results[node] = skip_step(node, f"upstream step {step_id!r} {why}")
+
+
+_UPSTREAM = {"unknown": "has an unknown outcome (OUTCOME_UNKNOWN): it may have run, so "
+                        "nothing that depends on it is sent"}

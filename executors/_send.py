@@ -26,19 +26,27 @@ def idempotency_key(run_id: str, step_id: str, params: dict[str, Any]) -> str:
     return hashlib.sha256(f"{run_id}\x00{step_id}\x00{canonical}".encode()).hexdigest()[:32]
 
 
+def key_for(state: StepState, params: dict[str, Any]) -> str | None:
+    """The idempotency key this call sends, if its capability declares a header for one."""
+    if state.capability.function is None and state.capability.idempotency_key_header:
+        return idempotency_key(state.run.run_id, state.step.id, params)
+    return None
+
+
 async def send(
-    state: StepState, params: dict[str, Any], *, layer: Layer, number: int, deadline: float
+    state: StepState, params: dict[str, Any], *, layer: Layer, number: int, deadline: float,
+    key: str | None = None,
 ) -> CallResult:
-    """One call of the step's capability with ``params``, observed as a ``tool_call``."""
+    """One call of the step's capability with ``params`` (and the idempotency ``key``),
+    observed as a ``tool_call``."""
     cap, services = state.capability, state.services
     remaining = deadline - asyncio.get_running_loop().time()
     timeout = min(cap.timeout_s or services.config.tool_timeout_s, max(0.001, remaining))
     headers: dict[str, str] = {}
     assert state.observation is not None, "the step runner observes every step it runs"
     with state.observation.call(number, layer, headers) as call:
-        if cap.function is None and cap.idempotency_key_header:
-            headers[cap.idempotency_key_header] = idempotency_key(
-                state.run.run_id, state.step.id, params)
+        if key is not None and cap.idempotency_key_header:
+            headers[cap.idempotency_key_header] = key
         result = await services.transport.call(cap, params, timeout_s=timeout, headers=headers)
         call.answered(result)
     return result

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from executors._binding import bind
 from executors._prepare import CapabilityCache, PreparedCall
-from executors._send import send
+from executors._send import key_for, send
 from executors.recovery import (
     Decision,
     GiveUp,
@@ -38,12 +38,24 @@ from executors.recovery import (
     ask_handlers,
     observe_attempt,
 )
+from orchestration.errors import StoreError
 from orchestration.plan import Step, ValidatedPlan
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError
 from orchestration.result import Attempt, AttemptOutcome, StepResult
 from orchestration.retry_policy import RetryPolicy
 from orchestration.services import RunServices
 from orchestration.state import RunState
+from orchestration.store._base import CallMarker
+
+
+@dataclass(frozen=True, slots=True)
+class ResumePoint:
+    """What a resumed run knows about steps that were in flight when its process stopped:
+    their earlier attempts, and the side-effect calls to send again with the same
+    parameters and idempotency key (capabilities that declare a key header)."""
+
+    attempts: dict[str, list[Attempt]] = field(default_factory=dict)
+    resend: dict[str, CallMarker] = field(default_factory=dict)
 
 
 class StepRunner:
@@ -56,12 +68,14 @@ class StepRunner:
         services: RunServices,
         capabilities: CapabilityCache,
         handlers: list[RecoveryHandler],
+        resume: ResumePoint | None = None,
     ) -> None:
         self.plan = plan
         self.run = run
         self.services = services
         self.capabilities = capabilities
         self.handlers = handlers
+        self.resume = resume or ResumePoint()
 
     async def run_step(self, step_id: str) -> StepResult:
         """Run ``step_id`` to its end; a failure is a failed result, never an exception."""
@@ -104,19 +118,30 @@ class StepRunner:
             (capability.retry, f"capability {capability.key!r} retry overrides"),
             (step.retry, f"step {step.id!r} ({capability.key}) retry overrides"))
         return StepState(step=step, capability=capability, plan=self.plan, run=self.run,
-                         services=services, settings=settings, retry_policy=policy)
+                         services=services, settings=settings, retry_policy=policy,
+                         attempts=list(self.resume.attempts.get(step.id, ())))
 
     # --- the attempt loop ---------------------------------------------------------------
     async def _attempts(self, state: StepState, deadline: float) -> tuple[Any, StepError | None]:
         """bind → prepare → send → classify → decide, until a call succeeds or the chain
         stops; returns ``(output, None)`` or ``(None, final error)``."""
-        decision = Decision(params=dict(state.step.params), layer="plan")
-        bound = bind(decision.params, self.run.outputs)
-        if isinstance(bound, StepError):
-            state.params = decision.params
-            attempt, output = self._record(state, decision, "unbound", bound), None
+        resend = self.resume.resend.get(state.step.id)
+        if resend is not None:
+            # the process stopped while this call was in flight: send exactly it again,
+            # with the key the tool already saw, so the tool can tell it is a repeat
+            decision = Decision(params=resend.params, layer=resend.layer,  # type: ignore[arg-type]
+                                note="resumed: re-sent with the same idempotency key")
+            attempt, output = await self._attempt(state, decision, deadline,
+                                                  key=resend.idempotency_key)
         else:
-            attempt, output = await self._attempt(state, replace(decision, params=bound), deadline)
+            decision = Decision(params=dict(state.step.params), layer="plan")
+            bound = bind(decision.params, self.run.outputs)
+            if isinstance(bound, StepError):
+                state.params = decision.params
+                attempt, output = self._record(state, decision, "unbound", bound), None
+            else:
+                attempt, output = await self._attempt(state, replace(decision, params=bound),
+                                                      deadline)
         cap = self.services.config.max_attempts_per_step
         while True:
             observe_attempt(self.handlers, state, attempt)
@@ -132,9 +157,14 @@ class StepRunner:
             attempt, output = await self._attempt(state, verdict, deadline)
 
     async def _attempt(
-        self, state: StepState, decision: Decision, deadline: float
+        self, state: StepState, decision: Decision, deadline: float, *, key: str | None = None
     ) -> tuple[Attempt, Any]:
-        """One attempt with the decision's parameters: prepare, and send if they are valid."""
+        """One attempt with the decision's parameters: prepare, and send if they are valid.
+
+        A call with a side effect (a capability that is not idempotent) is recorded in the
+        run store before it is sent and its outcome right after, so a process that stops
+        in between leaves a marker that says the call may have happened.
+        """
         if decision.delay_s > 0:
             await self.services.clock.sleep(decision.delay_s)
         number = len(state.attempts) + 1
@@ -150,11 +180,30 @@ class StepRunner:
         if prepared.error is not None:
             observation.rejected(prepared.error)
             return self._record(state, decision, "invalid", prepared.error, prepared), None
+        key = key or key_for(state, prepared.params)
+        side_effect = not state.capability.is_idempotent
+        recorder = self.services.recorder
+        if side_effect:
+            try:
+                await recorder.call_started(CallMarker(
+                    state.step.id, number, decision.layer, prepared.params, key, time.time()))
+            except StoreError as exc:
+                error = StepError(
+                    category=ErrorCategory.INTERNAL_ERROR, code="STORE_UNAVAILABLE",
+                    message=f"not sent: the call has a side effect and the run store could not "
+                            f"record it first ({exc})",
+                    source=ErrorSource.ENGINE, request_sent=False)
+                return self._record(state, decision, "not_sent", error, prepared), None
         result = await send(state, prepared.params, layer=decision.layer, number=number,
-                            deadline=deadline)
+                            deadline=deadline, key=key)
         outcome: AttemptOutcome = "succeeded" if result.error is None else "failed"
         attempt = self._record(state, decision, outcome, result.error, prepared,
                                latency_s=result.latency_s)
+        if side_effect:
+            try:
+                await recorder.call_finished(state.step.id, attempt, result.data)
+            except StoreError as exc:  # the call happened: go on, the run reports the store
+                recorder.failure = recorder.failure or exc
         return attempt, result.data
 
     @staticmethod

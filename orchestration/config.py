@@ -112,6 +112,21 @@ class OrchestratorConfig(BaseSettings):
     retry_seed: int = Field(0, description="Seed of the jitter, for reproducible delays.")
     retry_after_cap_s: float = Field(30.0, ge=0, description="Longest Retry-After honoured.")
 
+    # --- durable runs -------------------------------------------------------------
+    store_url: str = Field(
+        "sqlite:///.dagwright/runs.db",
+        description="Where runs are recorded: sqlite:///PATH (relative to the working "
+        "directory; four slashes for an absolute path), postgresql://USER:PASS@HOST/DB, or "
+        "memory:// (nothing persisted).",
+    )
+    store_retention_days: float | None = Field(
+        None, gt=0, description="Finished runs older than this are deleted (unset: kept)."
+    )
+    store_lease_s: float = Field(
+        30.0, gt=0, description="How long a process holds a run it is executing before "
+        "another process may resume it (renewed while the run is alive).",
+    )
+
     # --- observability ------------------------------------------------------------
     otel_exporter: Literal["none", "console", "otlp"] = Field(
         "none", description="Span exporter the CLI installs (a library user brings their own)."

@@ -8,6 +8,9 @@ nothing is lost when it crosses an API boundary::
     ├── DagwrightError                 raised by dagwright; catch this for "anything we raise"
     │   ├── ConfigError                a setting is missing, wrong or contradictory
     │   ├── CatalogError               a catalog is malformed, or a tool/capability unknown
+    │   ├── StoreError                 the run store cannot be opened, read or written
+    │   │   └── RunLeased              another process is executing that run right now
+    │   ├── RunNotFound                no run with that id in the store
     │   ├── PlanValidationError        a plan has problems (``issues`` lists every one)
     │   ├── MalformedAnswer            an LLM answer holds no usable JSON (also a ValueError)
     │   │   └── PlanParseError         ... for a plan
@@ -64,6 +67,26 @@ class ConfigError(DagwrightError):
 
 class CatalogError(DagwrightError):
     """The tool catalog is malformed, or a tool/capability is unknown."""
+
+
+class StoreError(DagwrightError):
+    """The run store failed: unreachable, full, corrupt, foreign, or a write was lost.
+
+    ``result`` holds the run's result when the run itself got that far, so a failing
+    store never loses the work that was done.
+    """
+
+    def __init__(self, message: str, *, result: Any = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class RunLeased(StoreError):
+    """Another live process holds the run (its lease has not expired)."""
+
+
+class RunNotFound(DagwrightError, LookupError):
+    """No run with this id is in the store."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,14 +7,19 @@ It composes the planner, the executor and the defense layers; it is the one modu
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import re
 import time
 import uuid
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 from opentelemetry.trace import TracerProvider
 from prometheus_client import CollectorRegistry
 
 from executors._executor import Executor
+from executors._resume import resume_point
 from executors.layers import default_handlers
 from executors.recovery import RecoveryHandler
 from orchestration._synthesis import synthesize
@@ -23,7 +28,15 @@ from orchestration.catalog import Catalog
 from orchestration.clock import Clock
 from orchestration.config import OrchestratorConfig
 from orchestration.debug_store import LLMDebugStore
-from orchestration.errors import ConfigError, LLMError, PlanningError, PlanValidationError
+from orchestration.errors import (
+    ConfigError,
+    DagwrightError,
+    LLMError,
+    PlanningError,
+    PlanValidationError,
+    RunNotFound,
+    StoreError,
+)
 from orchestration.layer_settings import LayerSettings
 from orchestration.llm._factory import client_from_config
 from orchestration.llm._gateway import DebugRecorder, LLMGateway
@@ -34,12 +47,24 @@ from orchestration.result import RunResult, RunStatus, StepResult
 from orchestration.retry_policy import RetryPolicy
 from orchestration.services import RunServices
 from orchestration.state import RunState
+from orchestration.store import RunStore, RunSummary, StoredRun, open_store
+from orchestration.store._recorder import RunRecorder
 from orchestration.telemetry import Telemetry
 from orchestration.telemetry._observer import Observer
 from planners.planner import Planner
 from planners.replan import RepairSituation
 
 __all__ = ["Orchestrator", "run_status"]
+
+log = logging.getLogger("dagwright.run")
+T = TypeVar("T")
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
+
+
+def _check_run_id(run_id: str) -> None:
+    if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
+        raise ValueError(f"run_id {run_id!r} is not usable: use 1-200 letters, digits, '_', "
+                         "'.', ':' or '-', starting with a letter or digit")
 
 
 def run_status(steps: dict[str, StepResult]) -> RunStatus:
@@ -57,7 +82,8 @@ class Orchestrator:
     ``registry`` let a service route spans and metrics; by default the global OTel
     provider (a no-op until the service installs one) and Prometheus' default registry.
     ``handlers`` replaces the recovery chain (layers 3/4 and resilience) wholesale;
-    ``clock`` is injectable so tests need not wait for backoff.
+    ``clock`` is injectable so tests need not wait for backoff. ``store`` replaces the
+    run store ``config.store_url`` names.
     """
 
     def __init__(
@@ -71,6 +97,7 @@ class Orchestrator:
         handlers: list[RecoveryHandler] | None = None,
         clock: Clock | None = None,
         planner: Planner | None = None,
+        store: RunStore | None = None,
     ) -> None:
         self.config = config or OrchestratorConfig()
         self.catalog = catalog
@@ -83,6 +110,9 @@ class Orchestrator:
         self.layers = LayerSettings.from_config(self.config)
         self.planner = planner or Planner()
         self.executor = Executor(handlers if handlers is not None else default_handlers())
+        self.store: RunStore = store if store is not None else open_store(self.config.store_url)
+        self._store_opened = False
+        self._retention: asyncio.Task[None] | None = None
         self._transports: dict[int, ToolTransport] = {}
 
     @classmethod
@@ -94,51 +124,157 @@ class Orchestrator:
         return cls(catalog=Catalog.from_file(config.catalog), config=config, **kwargs)
 
     # --- running --------------------------------------------------------------------
-    def run(self, query: str, *, plan: Plan | dict[str, Any] | None = None) -> RunResult:
+    def run(
+        self, query: str, *, plan: Plan | dict[str, Any] | None = None, run_id: str | None = None
+    ) -> RunResult:
         """Synchronous :meth:`arun` for code without an event loop."""
+        return self._sync("run", lambda: self.arun(query, plan=plan, run_id=run_id))
+
+    def resume(self, run_id: str) -> RunResult:
+        """Synchronous :meth:`aresume`."""
+        return self._sync("resume", lambda: self.aresume(run_id))
+
+    def get_run(self, run_id: str) -> RunResult | None:
+        """Synchronous :meth:`aget_run`."""
+        return self._sync("get_run", lambda: self.aget_run(run_id))
+
+    def list_runs(self, status: str | None = None, limit: int = 50) -> list[RunSummary]:
+        """Synchronous :meth:`alist_runs`."""
+        return self._sync("list_runs", lambda: self.alist_runs(status, limit))
+
+    def _sync(self, name: str, call: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """Run ``call()`` on a new event loop, closing what it opened for that loop."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
             pass
         else:
-            raise RuntimeError("Orchestrator.run() was called inside a running event loop; "
-                               "use 'await orchestrator.arun(query)' there")
+            raise RuntimeError(f"Orchestrator.{name}() was called inside a running event loop; "
+                               f"use 'await orchestrator.a{name}(...)' there")
         # The result is handed out through a holder rather than as the main task's result:
         # when asyncio.run() restores the SIGINT handler, CPython formats a repr() of the
-        # old handler, which holds the main task and so would repr the whole RunResult.
-        holder: list[RunResult] = []
+        # old handler, which holds the main task and so would repr the whole result.
+        holder: list[T] = []
 
         async def main() -> None:
-            holder.append(await self._run_and_close(query, plan))
+            try:
+                holder.append(await call())
+            finally:
+                # this loop ends here, so the pools made for it (tools', the LLM client's,
+                # the store's) are closed inside it
+                await self.aclose()
+                await self.llm.aclose()
 
         asyncio.run(main())
         return holder[0]
 
-    async def _run_and_close(self, query: str, plan: Plan | dict[str, Any] | None) -> RunResult:
-        """One sync run: its event loop ends with it, so the HTTP pools made for that loop
-        (tools' and the LLM client's) are closed here, inside it."""
-        try:
-            return await self.arun(query, plan=plan)
-        finally:
-            await self.aclose()
-            await self.llm.aclose()
+    async def arun(
+        self, query: str, *, plan: Plan | dict[str, Any] | None = None, run_id: str | None = None
+    ) -> RunResult:
+        """Plan ``query`` (or use the given ``plan``), execute it, synthesise the answer.
 
-    async def arun(self, query: str, *, plan: Plan | dict[str, Any] | None = None) -> RunResult:
-        """Plan ``query`` (or use the given ``plan``), execute it, synthesise the answer."""
+        The run is recorded in the run store as it goes. ``run_id`` names it: a finished
+        run with that id is returned as stored, without running anything; an interrupted
+        one is resumed (see :meth:`aresume`). Raises :class:`StoreError` when the store
+        cannot record the run (before anything is sent) or lost a write on the way (the
+        error carries the result), :class:`RunLeased` when another process is running it.
+        """
+        await self._open_store()
+        if run_id is not None:
+            _check_run_id(run_id)
+            stored = await self.store.load(run_id)
+            if stored is not None:
+                if stored.state.query != query:
+                    raise DagwrightError(
+                        f"run {run_id!r} already exists for another query "
+                        f"({stored.state.query[:200]!r}); choose another run_id, or resume it")
+                if stored.state.status != "running":
+                    return stored.state.to_result()
+                return await self._continue(stored)
+        run = RunState(run_id=run_id or uuid.uuid4().hex, query=query)
+        if self.debug_store is not None:
+            run.debug_path = str(self.debug_store.path)
+        recorder = RunRecorder(self.store, run.run_id, lease_s=self.config.store_lease_s)
+        await recorder.begin(run)
+        return await self._execute(run, recorder, plan=plan)
+
+    async def aresume(self, run_id: str) -> RunResult:
+        """Continue a run whose process stopped (a crash, a kill, a deploy).
+
+        Steps that finished are not run again: their results come from the store.
+        Steps that were in flight are run again when that is safe — their capability is
+        idempotent, or declares an idempotency-key header (the call is re-sent with the
+        same key). A call with a side effect that may have happened and carries no key
+        is not sent again: its step ends ``unknown`` (code ``OUTCOME_UNKNOWN``, the
+        request in its details) and the steps that depend on it are skipped.
+
+        A finished run is returned as it is. Raises :class:`RunNotFound` for an unknown
+        id and :class:`RunLeased` while another live process is executing the run.
+        """
+        await self._open_store()
+        stored = await self.store.load(run_id)
+        if stored is None:
+            raise RunNotFound(f"no run {run_id!r} in the run store {self.store.url}; "
+                              "'dagwright runs list' shows the runs it holds")
+        if stored.state.status != "running":
+            return stored.state.to_result()
+        return await self._continue(stored)
+
+    async def aget_run(self, run_id: str) -> RunResult | None:
+        """The run as the store has it (a running run with the steps finished so far)."""
+        await self._open_store()
+        stored = await self.store.load(run_id)
+        return None if stored is None else stored.state.to_result()
+
+    async def alist_runs(self, status: str | None = None, limit: int = 50) -> list[RunSummary]:
+        """Recent runs, newest first: id, query, status, start/end, step counts."""
+        await self._open_store()
+        return await self.store.list_runs(status=status, limit=limit)
+
+    async def _continue(self, stored: StoredRun) -> RunResult:
+        recorder = RunRecorder(self.store, stored.state.run_id, lease_s=self.config.store_lease_s)
+        await recorder.take_over(stored)
+        return await self._execute(stored.state, recorder, stored=stored)
+
+    async def _execute(
+        self,
+        run: RunState,
+        recorder: RunRecorder,
+        *,
+        plan: Plan | dict[str, Any] | None = None,
+        stored: StoredRun | None = None,
+    ) -> RunResult:
+        """Run (or continue) ``run`` to its end under the observer; record its end."""
         started = time.perf_counter()
-        run = RunState(run_id=uuid.uuid4().hex, query=query)
-        services = self._services(run)
-        planned_by = "caller" if plan is not None else "llm"
-        with self.observer.run(run, planned_by=planned_by) as observation:
-            run.trace_id = observation.trace_id
-            await self._run(run, services, plan)
-        run.usage.wall_time_s = time.perf_counter() - started
+        services = self._services(run, recorder)
+        planned_by = "resume" if stored is not None else "caller" if plan is not None else "llm"
+        try:
+            with self.observer.run(run, planned_by=planned_by) as observation:
+                run.trace_id = run.trace_id or observation.trace_id
+                await self._run(run, services, plan, stored)
+        except BaseException:
+            # stopped from outside (cancelled): leave the run resumable, let go of it
+            with contextlib.suppress(StoreError):
+                await recorder.finish(None)
+            raise
+        finally:
+            run.usage.wall_time_s += time.perf_counter() - started
+        try:
+            await recorder.finish(run)
+        except StoreError as exc:
+            exc.result = run.to_result()
+            raise
         return run.to_result()
 
     async def _run(
-        self, run: RunState, services: RunServices, plan: Plan | dict[str, Any] | None
+        self,
+        run: RunState,
+        services: RunServices,
+        plan: Plan | dict[str, Any] | None,
+        stored: StoredRun | None = None,
     ) -> None:
-        """Plan, execute (with repair rounds when enabled) and answer; ``run`` records it all."""
+        """Plan, execute (with repair rounds when enabled) and answer; ``run`` records it
+        all. A resumed run (``stored``) keeps the plan it had and what it finished."""
         # the run deadline bounds planning and synthesis too, not only the steps
         limit = f"the run deadline ({self.config.run_timeout_s:g}s, ORCH_RUN_TIMEOUT_S)"
         try:
@@ -153,9 +289,12 @@ class Orchestrator:
         except PlanValidationError as exc:
             run.fail(str(exc))
             return
-        run.plan = validated.to_dict()
-        steps = await self.executor.execute(validated, run, services)
-        status = run_status(steps)
+        if run.plan is None:
+            run.plan = validated.to_dict()
+            services.recorder.save_run(run)
+        resume = resume_point(run, services, stored) if stored is not None else None
+        steps = await self.executor.execute(validated, run, services, resume=resume)
+        status = run_status(run.live_steps)
         if self.config.replan_max > 0 and any(s.status == "failed" for s in steps.values()):
             status = await self._replan_phase(run, services, validated)
         run.finish(status)
@@ -182,9 +321,13 @@ class Orchestrator:
         it is computed over the steps whose results stand.
         """
         known = dict(validated.steps)
-        open_ids = [sid for sid, r in run.steps.items() if r.status != "succeeded"]
+        if run.replans:  # a resumed run: its last round's failures are what is still open
+            open_ids = [sid for sid in run.replans[-1]["steps"]
+                        if sid in run.steps and run.steps[sid].status != "succeeded"]
+        else:
+            open_ids = [sid for sid, r in run.steps.items() if r.status != "succeeded"]
         loop = asyncio.get_running_loop()
-        for number in range(1, self.config.replan_max + 1):
+        for number in range(len(run.replans) + 1, self.config.replan_max + 1):
             if loop.time() >= services.deadline or services.llm.remaining_calls <= 0:
                 run.warn(f"replan round {number} not attempted: the run deadline "
                          "or its LLM call budget is spent")
@@ -199,9 +342,13 @@ class Orchestrator:
                 run.warn(f"replan round {number}: the planner found no repair for "
                          f"{', '.join(open_ids)}")
                 break
-            new = await self.executor.execute(repair, run, services)
             known.update(repair.steps)
-            run.replans.append({"round": number, "replaces": open_ids, "steps": list(new)})
+            run.replans.append({"round": number, "replaces": open_ids,
+                                "steps": list(repair.steps)})
+            run.plan = Plan(steps=list(known.values()), reasoning=validated.plan.reasoning
+                            ).model_dump(mode="json", exclude_none=True)
+            services.recorder.save_run(run)  # a resumed run continues the repair round
+            new = await self.executor.execute(repair, run, services)
             run.warn(f"replan round {number}: {', '.join(open_ids)} replaced by "
                      f"{', '.join(new)}")
             open_ids = [sid for sid, r in new.items() if r.status != "succeeded"]
@@ -209,8 +356,6 @@ class Orchestrator:
                 break
         run.superseded = [sid for sid, r in run.steps.items()
                           if r.status != "succeeded" and sid not in open_ids]
-        run.plan = Plan(steps=list(known.values()), reasoning=validated.plan.reasoning
-                        ).model_dump(mode="json", exclude_none=True)
         if run.replans and not open_ids:
             return "succeeded"
         return run_status(run.live_steps)
@@ -218,17 +363,45 @@ class Orchestrator:
     async def _plan(
         self, run: RunState, services: RunServices, plan: Plan | dict[str, Any] | None
     ) -> ValidatedPlan:
+        """The plan to execute: the run's own (a resumed run), the caller's, or a new one."""
+        if run.plan is not None:  # a resumed run keeps its plan, repair steps included
+            model = Plan.model_validate(run.plan)
+            return validate_plan(model, self.catalog,
+                                 max_steps=max(self.config.max_plan_steps, len(model.steps)))
         if plan is None:
             return await self.planner.plan(run, services)
         model = plan if isinstance(plan, Plan) else Plan.model_validate(plan)
         return validate_plan(model, self.catalog, max_steps=self.config.max_plan_steps)
 
     async def plan(self, query: str) -> ValidatedPlan:
-        """Plan without executing (what ``dagwright plan`` shows)."""
+        """Plan without executing (what ``dagwright plan`` shows); nothing is recorded."""
         run = RunState(run_id=uuid.uuid4().hex, query=query)
-        return await self.planner.plan(run, self._services(run))
+        recorder = RunRecorder(None, run.run_id, lease_s=self.config.store_lease_s)
+        return await self.planner.plan(run, self._services(run, recorder))
 
-    def _services(self, run: RunState) -> RunServices:
+    # --- the store ----------------------------------------------------------------------
+    async def _open_store(self) -> None:
+        """Connect the run store once (creating its tables), and start its retention."""
+        if self._store_opened:
+            return
+        await self.store.open()
+        self._store_opened = True
+        days = self.config.store_retention_days
+        if days is not None:
+            self._retention = asyncio.get_running_loop().create_task(
+                self._apply_retention(time.time() - days * 86400))
+
+    async def _apply_retention(self, cutoff: float) -> None:
+        """Delete runs that finished before ``cutoff``, off the runs' path."""
+        try:
+            deleted = await self.store.delete_finished_before(cutoff)
+        except StoreError as exc:
+            log.warning("run store retention failed: %s", exc)
+        else:
+            if deleted:
+                log.info("run store retention deleted %d finished run(s)", deleted)
+
+    def _services(self, run: RunState, recorder: RunRecorder) -> RunServices:
         """What one run uses: its LLM gateway (budget, usage), transport and deadline."""
         config = self.config
         return RunServices(
@@ -238,8 +411,8 @@ class Orchestrator:
                 max_calls=config.max_llm_calls_per_run, policy=RetryPolicy.for_llm(config),
                 clock=self.clock, debug_recorder=self._debug_recorder(),
             ),
-            transport=self._transport(), observer=self.observer, clock=self.clock,
-            deadline=asyncio.get_running_loop().time() + config.run_timeout_s,
+            transport=self._transport(), observer=self.observer, recorder=recorder,
+            clock=self.clock, deadline=asyncio.get_running_loop().time() + config.run_timeout_s,
         )
 
     def _debug_recorder(self) -> DebugRecorder | None:
@@ -260,10 +433,14 @@ class Orchestrator:
         return transport
 
     async def aclose(self) -> None:
-        """Close the HTTP pool of the current loop (and the LLM client's, if it owns one)."""
+        """Close what this orchestrator opened for the current event loop: the tools' HTTP
+        pool and the run store's connection."""
         transport = self._transports.pop(id(asyncio.get_running_loop()), None)
         if transport is not None:
             await transport.aclose()
+        if self._retention is not None and not self._retention.done():
+            await asyncio.wait([self._retention], timeout=5)
+        await self.store.close()
 
     async def __aenter__(self) -> Orchestrator:
         return self

@@ -32,7 +32,12 @@ AttemptOutcome = Literal[
     "unbound",  # a reference could not be resolved; nothing was sent
     "not_sent",  # a guard stopped the call (deadline, non-idempotent safety)
 ]
-StepStatus = Literal["succeeded", "failed", "skipped"]
+StepStatus = Literal[
+    "succeeded",
+    "failed",
+    "skipped",
+    "unknown",  # a side effect may or may not have happened (OUTCOME_UNKNOWN): not re-sent
+]
 RunStatus = Literal["running", "succeeded", "partial", "failed"]
 
 

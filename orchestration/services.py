@@ -16,6 +16,7 @@ from orchestration.clock import Clock
 from orchestration.config import OrchestratorConfig
 from orchestration.layer_settings import LayerSettings
 from orchestration.llm._gateway import LLMGateway
+from orchestration.store._recorder import RunRecorder
 from orchestration.telemetry._observer import Observer
 
 __all__ = ["RunServices"]
@@ -26,8 +27,8 @@ class RunServices:
     """The dependencies of one run.
 
     ``catalog`` is the snapshot the run planned with; ``layers`` the global layer
-    settings (a capability's overrides are applied per step); ``deadline`` is event-loop
-    time after which nothing new starts.
+    settings (a capability's overrides are applied per step); ``recorder`` writes the run
+    to its store; ``deadline`` is event-loop time after which nothing new starts.
     """
 
     catalog: Catalog
@@ -36,5 +37,6 @@ class RunServices:
     llm: LLMGateway
     transport: ToolTransport
     observer: Observer
+    recorder: RunRecorder
     clock: Clock
     deadline: float

@@ -44,6 +44,8 @@ class RunState(BaseModel):
     answer: str | None = None
     error: str | None = None
     trace_id: str | None = None
+    debug_path: str | None = None
+    """Where the LLM debug store keeps this run's prompts and answers, when it is on."""
     started_at: float = Field(default_factory=time.time)
     finished_at: float | None = None
 

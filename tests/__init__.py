@@ -2,5 +2,5 @@
 
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).parent.parent  # __file__ is absolute; no resolve(): Temporal's sandbox forbids it
 """The repository root (README, config/, docs/)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -13,6 +14,11 @@ from tests.llm_servers import anthropic_server, closed_port_url, openai_server  
 
 # real PostgreSQL, Temporal and Chromium fixtures (postgres_dsn, temporal_server, browser_page...)
 pytest_plugins = ["tests.support.fixtures"]
+
+# Runs are recorded in memory unless a test chooses a store: the default (a SQLite file
+# under .dagwright/ in the working directory) is what the durable-run tests exercise on
+# purpose, with files of their own.
+os.environ.setdefault("ORCH_STORE_URL", "memory://")
 
 
 @pytest.fixture(scope="session")

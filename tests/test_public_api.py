@@ -49,7 +49,7 @@ PUBLIC_MODULES = [
     "orchestration.llm.base", "orchestration.llm.openai_compat", "orchestration.llm.scripted",
     "orchestration.logging_setup", "orchestration.orchestrator", "orchestration.plan",
     "orchestration.protocol", "orchestration.redaction", "orchestration.result",
-    "orchestration.retry_policy", "orchestration.services", "orchestration.state",
+    "orchestration.retry_policy", "orchestration.services", "orchestration.state", "orchestration.store",
     "orchestration.telemetry", "orchestration.telemetry.exporters",
     "orchestration.telemetry.metrics", "orchestration.telemetry.serving", "planners.feedback",
     "planners.parsing", "planners.planner", "planners.prompt", "planners.replan",

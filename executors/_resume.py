@@ -1,0 +1,81 @@
+"""Where a resumed run picks up: what to do with the steps that were in flight.
+
+The run store knows which steps finished (they are not run again) and which calls with a
+side effect were started without a recorded outcome. For each such call:
+
+=========================================  ============================================
+the capability                             on resume
+=========================================  ============================================
+declares an idempotency-key header         the same request is sent again with the same
+                                           key: the tool recognises the repeat
+is not idempotent and has no key header    not sent again: the step ends ``unknown``
+                                           (``OUTCOME_UNKNOWN``, the request in its
+                                           details), its descendants are skipped
+=========================================  ============================================
+
+A step whose side-effect call succeeded (its outcome and data are stored) but whose
+result was not recorded before the process stopped is finished from the stored data.
+Idempotent steps that were in flight have no marker; they simply run again.
+"""
+
+from __future__ import annotations
+
+from executors._step_runner import ResumePoint
+from orchestration.errors import CatalogError
+from orchestration.protocol import ErrorCategory, ErrorSource, StepError
+from orchestration.result import StepResult
+from orchestration.services import RunServices
+from orchestration.state import RunState
+from orchestration.store._base import StoredRun
+
+__all__ = ["resume_point"]
+
+
+def resume_point(run: RunState, services: RunServices, stored: StoredRun) -> ResumePoint:
+    """Settle the steps ``stored`` left in flight; what the executor needs to go on.
+
+    Steps settled here (unknown outcome, or finished from stored data) are recorded in
+    ``run`` and its store; the rest is returned for the step runner.
+    """
+    steps = {s["id"]: s for s in (run.plan or {}).get("steps", [])}
+    for (step_id, _number), output in sorted(stored.outputs.items()):
+        step = steps.get(step_id)
+        if step is None or step_id in run.steps:
+            continue
+        _settle(run, services, StepResult(
+            id=step_id, tool=step["tool"], capability=step["capability"], status="succeeded",
+            output=output, attempts=stored.attempts.get(step_id, [])))
+    resend = {}
+    for marker in stored.open_calls:
+        step = steps.get(marker.step_id)
+        if step is None or marker.step_id in run.steps:
+            continue
+        try:
+            capability = services.catalog.get(step["tool"], step["capability"])
+        except CatalogError:
+            capability = None
+        if capability is not None and capability.idempotency_key_header:
+            resend[marker.step_id] = marker
+            continue
+        if capability is not None and capability.is_idempotent:
+            continue  # safe to run again from the start
+        _settle(run, services, StepResult(
+            id=marker.step_id, tool=step["tool"], capability=step["capability"],
+            status="unknown", attempts=stored.attempts.get(marker.step_id, []),
+            error=StepError(
+                category=ErrorCategory.INTERNAL_ERROR, code="OUTCOME_UNKNOWN",
+                message="the process running this step stopped while its call was in flight; "
+                        "the tool may have processed the request, and the capability declares "
+                        "no idempotency key, so it is not sent again. Check with the tool "
+                        "whether it happened (the request is in details.request).",
+                source=ErrorSource.ENGINE, retryable=False, request_sent=True,
+                step_id=marker.step_id, tool=step["tool"], capability=step["capability"],
+                details={"request": marker.params, "attempt": marker.attempt,
+                         "layer": marker.layer, "started_at": marker.started_at}),
+        ))
+    return ResumePoint(attempts=dict(stored.attempts), resend=resend)
+
+
+def _settle(run: RunState, services: RunServices, result: StepResult) -> None:
+    run.record_step(result)
+    services.recorder.save_step(result)
