@@ -111,11 +111,13 @@ class Orchestrator:
 
     async def _run_and_close(self, query: str, plan: Plan | dict[str, Any] | None) -> RunResult:
         """One sync run: its event loop ends with it, so the HTTP pools made for that loop
-        (tools' and the LLM client's) are closed here, inside it."""
+        (tools' and the LLM client's) are closed here, inside it. The catalog's sources
+        (MCP sessions) live on the catalog's own loop and stay open for the next run, and
+        for runs of other threads; :meth:`close` ends them."""
         try:
             return await self.arun(query, plan=plan)
         finally:
-            await self.aclose()
+            await self._close_loop_resources()
             await self.llm.aclose()
 
     async def arun(self, query: str, *, plan: Plan | dict[str, Any] | None = None) -> RunResult:
@@ -241,7 +243,7 @@ class Orchestrator:
         if plan is None:
             return await self.planner.plan(ctx.query, ctx)
         model = plan if isinstance(plan, Plan) else Plan.model_validate(plan)
-        return validate_plan(model, self.catalog, max_steps=self.config.max_plan_steps)
+        return validate_plan(model, ctx.catalog, max_steps=self.config.max_plan_steps)
 
     async def plan(self, query: str) -> ValidatedPlan:
         """Plan without executing (what ``dagwright plan`` shows)."""
@@ -252,7 +254,8 @@ class Orchestrator:
         run_id = uuid.uuid4().hex
         usage = RunUsage()
         return RunContext(
-            run_id=run_id, query=query, catalog=self.catalog, config=self.config,
+            # a snapshot: a catalog refresh during the run must not change what it planned with
+            run_id=run_id, query=query, catalog=self.catalog.snapshot(), config=self.config,
             llm=LLMGateway(
                 self.llm, telemetry=self.telemetry, usage=usage, run_id=run_id,
                 max_calls=self.config.max_llm_calls_per_run,
@@ -282,11 +285,20 @@ class Orchestrator:
             self._transports[loop_id] = transport
         return transport
 
-    async def aclose(self) -> None:
-        """Close the HTTP pool of the current loop (and the LLM client's, if it owns one)."""
+    async def _close_loop_resources(self) -> None:
+        """Close the HTTP pool of the current loop."""
         transport = self._transports.pop(id(asyncio.get_running_loop()), None)
         if transport is not None:
             await transport.aclose()
+
+    async def aclose(self) -> None:
+        """Close the HTTP pool of the current loop and the catalog's sources (MCP sessions)."""
+        await self._close_loop_resources()
+        await self.catalog.aclose()
+
+    def close(self) -> None:
+        """Close the catalog's sources from code without an event loop (after sync runs)."""
+        self.catalog.close()
 
     async def __aenter__(self) -> Orchestrator:
         return self
