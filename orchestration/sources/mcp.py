@@ -265,6 +265,9 @@ class MCPServerSource:
         except CatalogError as exc:
             raise CatalogError(f"{where}: {exc}") from exc
         except Exception as exc:
+            if self._auth_status in (401, 403):
+                raise CatalogError(f"{where}: the server answered HTTP {self._auth_status}; check "
+                                   "the headers (e.g. Authorization)") from exc
             raise CatalogError(f"{where}: cannot list its tools: {_explain(exc)}") from exc
         if self.tools is not None:
             have = {c.invoker.tool_name for c in listing.capabilities
