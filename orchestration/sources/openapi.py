@@ -251,6 +251,7 @@ class OpenAPISource:
         self.base_url = ""
         self._client: httpx.AsyncClient | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._all_names: list[str] = []
 
     # --- loading ------------------------------------------------------------------
     def _read(self) -> tuple[dict[str, Any], str]:
@@ -303,6 +304,7 @@ class OpenAPISource:
         oas30 = str(data["openapi"]).startswith("3.0")
         caps: list[Capability] = []
         seen: dict[str, str] = {}
+        self._all_names = []
         try:
             for path_key, path_item in (root / "paths").str_items():
                 with path_item.open() as item:
@@ -323,7 +325,7 @@ class OpenAPISource:
             missing = [o for o in self.operations if identifier(o, o) not in known]
             if missing:
                 raise CatalogError(f"{self.label}: no operation(s) {', '.join(missing)} "
-                                   f"(it has: {', '.join(sorted(seen)) or 'none'})")
+                                   f"(it has: {', '.join(sorted(self._all_names)) or 'none'})")
         info = data.get("info", {})
         description = str(info.get("description") or info.get("title") or "")
         return SourceListing(caps, {tool: description})
@@ -354,6 +356,7 @@ class OpenAPISource:
             key_header = op.get("x-idempotency-key-header")
         name = identifier(str(operation_id) if operation_id else
                           f"{method}_{path_key}".replace("{", "").replace("}", ""), method)
+        self._all_names.append(name)
         if self.operations is not None and not ({name, str(operation_id)} & set(self.operations)):
             return None
         where = f"{self.label}: operation {name} ({method.upper()} {path_key})"

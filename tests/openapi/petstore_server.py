@@ -112,7 +112,7 @@ class PetStoreServer:
         self.store = PetStore()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self.store))
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
 
     def __enter__(self) -> PetStoreServer:
         self.thread.start()
