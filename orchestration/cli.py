@@ -200,7 +200,8 @@ def cmd_tools(args: argparse.Namespace, out: TextIO) -> int:
             flags = "".join(f" [{f}]" for f, on in (("idempotent", cap.is_idempotent),
                                                     ("requires approval", cap.requires_approval))
                             if on)
-            out.write(f"{cap.key:32} {cap.method if cap.url else '':6} {target}\n"
+            method = cap.method if cap.url or cap.source.startswith("openapi:") else ""
+            out.write(f"{cap.key:32} {method:6} {target}\n"
                       f"    source: {cap.source}{flags}\n    {cap.description}\n")
     finally:
         catalog.close()  # MCP servers the catalog started
