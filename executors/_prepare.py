@@ -14,7 +14,7 @@ from typing import Any
 
 from executors.coercion import Coercer
 from orchestration import _schema
-from orchestration.catalog import Capability
+from orchestration.capability import Capability
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError
 from orchestration.result import CoercionRecord
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from orchestration.catalog import Capability
+from orchestration.capability import Capability
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError
 
 __all__ = [

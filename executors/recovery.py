@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from orchestration.catalog import Capability
+from orchestration.capability import Capability
 from orchestration.layer_settings import LayerSettings
 from orchestration.plan import Step, ValidatedPlan
 from orchestration.protocol import StepError

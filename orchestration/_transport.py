@@ -1,4 +1,5 @@
-"""Calling a capability once: over HTTP with one pooled client, or in-process.
+"""Calling a capability once: over HTTP with one pooled client, in-process, or through
+the invoker of a source (MCP server, OpenAPI spec).
 
 One call, no retries: deciding whether to try again is the executor's job. Every way a
 call can go wrong (refused, timed out, dropped, garbage, an error envelope, a raised
@@ -17,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from orchestration.catalog import Capability
+from orchestration.capability import Capability
 from orchestration.errors import ToolFailed
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError, classify_http_response
 
@@ -89,12 +90,34 @@ class ToolTransport:
     ) -> CallResult:
         """Call ``capability`` once with ``params``; never raises except on cancellation."""
         started = time.perf_counter()
-        if capability.function is not None:
+        if capability.invoker is not None:
+            result = await self._call_invoker(capability, params, timeout_s, headers or {})
+        elif capability.function is not None:
             result = await self._call_function(capability, params, timeout_s)
         else:
             result = await self._call_http(capability, params, timeout_s, headers or {})
         result.latency_s = time.perf_counter() - started
         return result
+
+    async def _call_invoker(
+        self, capability: Capability, params: dict[str, Any], timeout_s: float,
+        headers: dict[str, str],
+    ) -> CallResult:
+        """A source's own call (MCP, OpenAPI); it classifies its failures itself, and
+        anything it lets escape is reported rather than raised."""
+        assert capability.invoker is not None
+        try:
+            return await capability.invoker.call(params, timeout_s=timeout_s, headers=headers)
+        except Exception as exc:
+            return CallResult(
+                error=StepError(
+                    category=ErrorCategory.INTERNAL_ERROR,
+                    code="INVOKER_RAISED",
+                    message=f"{capability.source} invoker raised {type(exc).__name__}: {exc}",
+                    source=ErrorSource.ENGINE,
+                    retryable=False,
+                )
+            )
 
     async def _call_function(
         self, capability: Capability, params: dict[str, Any], timeout_s: float

@@ -1,9 +1,10 @@
 """The tool catalog: which tools exist, what each capability takes, and how to call it.
 
-A capability is called either over HTTP (the URL always comes from here, never from an
-LLM) or in-process through a Python callable. Input schemas are checked when the
-catalog loads, so a broken schema is reported with the capability's name at start-up
-instead of as a confusing validation failure mid-run.
+A capability is called over HTTP (the URL always comes from here, never from an LLM),
+in-process through a Python callable, or through an ``invoker`` that a source supplies
+(an MCP server's tool, an OpenAPI operation; see :mod:`orchestration.sources`). Input
+schemas are checked when the catalog loads, so a broken schema is reported with the
+capability's name at start-up instead of as a confusing validation failure mid-run.
 """
 
 from __future__ import annotations
@@ -12,25 +13,27 @@ import inspect
 import json
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ValidationError
 
-from orchestration import _schema
 from orchestration._text import describe_validation_error
+from orchestration.capability import IDEMPOTENT_METHODS, Capability, Invoker, check_schema
 from orchestration.errors import CatalogError, ConfigError
 from orchestration.layer_settings import check_layer_overrides
 from orchestration.retry_policy import check_overrides
+from orchestration.sources import Source, SourceListing
 
-__all__ = ["IDEMPOTENT_METHODS", "Capability", "Catalog", "check_schema"]
+if TYPE_CHECKING:
+    from orchestration.sources._runtime import SourceRuntime
+
+__all__ = ["IDEMPOTENT_METHODS", "Capability", "Catalog", "Invoker", "check_schema"]
 
 _TOOL_DEFAULTS = ("timeout_s", "headers", "retry", "layers")
-IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
-_NAME = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -49,69 +52,6 @@ def _expand_env(text: str) -> str:
     return _ENV_REF.sub(repl, text)
 
 
-class Capability(BaseModel):
-    """One callable operation of a tool.
-
-    ``idempotent`` defaults from the HTTP method (GET/PUT/DELETE yes, POST/PATCH no) and is
-    True for Python callables unless stated. A non-idempotent capability is never re-sent
-    after an ambiguous failure unless it names an ``idempotency_key_header``.
-    """
-
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
-
-    tool: str = Field(pattern=_NAME)
-    name: str = Field(pattern=_NAME)
-    description: str = ""
-    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
-    output_schema: dict[str, Any] | None = None
-    url: str | None = None
-    method: str = "POST"
-    headers: dict[str, str] = Field(default_factory=dict)
-    timeout_s: float | None = Field(None, gt=0)
-    idempotent: bool | None = None
-    idempotency_key_header: str | None = None
-    function: Callable[..., Any] | None = Field(default=None, exclude=True, repr=False)
-    run_in_thread: bool = False
-    examples: list[dict[str, Any]] = Field(default_factory=list)
-    retry: dict[str, Any] = Field(
-        default_factory=dict, description="Per-capability overrides of the retry policy."
-    )
-    layers: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Per-capability overrides of layer settings, e.g. "
-        "{'validation_feedback_enabled': false, 'max_validation_retries': 1}.",
-    )
-
-    @model_validator(mode="after")
-    def _check(self) -> Capability:
-        self.method = self.method.upper()
-        if (self.url is None) == (self.function is None):
-            raise ValueError("needs exactly one of 'url' (HTTP tool) or a Python function")
-        if self.idempotent is None:
-            self.idempotent = self.function is not None or self.method in IDEMPOTENT_METHODS
-        return self
-
-    @property
-    def key(self) -> str:
-        """``tool.capability``, the name used in logs, metrics and prompts."""
-        return f"{self.tool}.{self.name}"
-
-    @property
-    def is_idempotent(self) -> bool:
-        return bool(self.idempotent)
-
-
-def check_schema(schema: Any, where: str) -> None:
-    """Reject a schema that is not itself a valid JSON Schema, naming ``where`` and the
-    JSON path of every problem (not only the first)."""
-    if not isinstance(schema, dict):
-        raise CatalogError(f"{where}: input_schema must be a JSON object, got {type(schema).__name__}")
-    problems = _schema.check_schema_errors(schema)
-    if problems:
-        raise CatalogError(f"{where}: " + "; ".join(
-            f"invalid input_schema at {path}: {message}" for path, message in problems))
-
-
 class Catalog:
     """The set of tools and capabilities a run may use.
 
@@ -123,6 +63,13 @@ class Catalog:
     def __init__(self) -> None:
         self._caps: dict[tuple[str, str], Capability] = {}
         self._tool_descriptions: dict[str, str] = {}
+        # sources the catalog owns (MCP servers, OpenAPI specs, refreshed discovery): a
+        # refresh swaps ``_caps`` for a new dict under the lock, so readers never see a
+        # half-applied listing and a run's snapshot is never changed
+        self._lock = threading.RLock()
+        self._sources: dict[str, Source] = {}
+        self._owned: dict[str, set[tuple[str, str]]] = {}
+        self._runtime: SourceRuntime | None = None
 
     # --- building -----------------------------------------------------------------
     def add(
@@ -143,8 +90,9 @@ class Catalog:
             raise CatalogError(str(exc)) from exc
         if capability.output_schema is not None:
             check_schema(capability.output_schema, f"{name} output")
-        self._caps[key] = capability
-        self._tool_descriptions.setdefault(capability.tool, "")
+        with self._lock:
+            self._caps[key] = capability
+            self._tool_descriptions.setdefault(capability.tool, "")
         return capability
 
     def describe_tool(self, tool: str, description: str) -> None:
@@ -208,24 +156,41 @@ class Catalog:
             **fields,
         )
 
-    def _build_and_add(self, where: str, *, source: str | None = None, **fields: Any) -> Capability:
+    def _build_and_add(self, where: str, *, context: str | None = None, **fields: Any) -> Capability:
         try:
             cap = Capability(**fields)
         except ValidationError as exc:
             raise CatalogError(f"{where}: {describe_validation_error(exc)}") from exc
-        return self.add(cap, where=source)
+        return self.add(cap, where=context)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, source: str = "catalog") -> Catalog:
+    def from_dict(
+        cls,
+        data: Mapping[str, Any],
+        *,
+        source: str = "catalog",
+        base_dir: str | os.PathLike[str] | None = None,
+        origin: str | None = None,
+    ) -> Catalog:
         """Build from ``{"tools": [{"name", "base_url", "capabilities": [...]}]}``.
 
         A capability gives ``url`` or a ``path`` joined to its tool's ``base_url``;
-        ``${VAR:-default}`` in URLs is expanded from the environment.
+        ``${VAR:-default}`` in URLs is expanded from the environment. ``mcp_servers:``
+        and ``openapi:`` lists add those sources (see ``docs/tools.md``); relative spec
+        paths are read from ``base_dir``. ``origin`` is the ``source`` label of the
+        capabilities listed under ``tools`` (default ``dict:<source>``).
         """
         catalog = cls()
-        tools = data.get("tools") if isinstance(data, Mapping) else None
+        if not isinstance(data, Mapping):
+            raise CatalogError(f"{source}: expected a mapping with a 'tools' list")
+        tools = data.get("tools")
+        has_sources = bool(data.get("mcp_servers") or data.get("openapi"))
+        if tools is None and has_sources:
+            tools = []
         if not isinstance(tools, list):
-            raise CatalogError(f"{source}: expected a top-level 'tools' list")
+            raise CatalogError(f"{source}: expected a top-level 'tools' list "
+                               "(or 'mcp_servers' / 'openapi' lists)")
+        origin = origin or f"dict:{source}"
         for t_index, tool in enumerate(tools):
             where = f"{source}: tools[{t_index}]"
             if not isinstance(tool, Mapping) or not isinstance(tool.get("name"), str):
@@ -258,8 +223,15 @@ class Catalog:
                     fields["url"] = base_url + "/" + str(raw["path"]).lstrip("/")
                 else:
                     raise CatalogError(f"{where}: capability {raw['name']!r} needs 'url' or 'path'")
-                catalog._build_and_add(f"{where} capability {raw['name']!r}", source=where,
+                fields.setdefault("source", origin)
+                catalog._build_and_add(f"{where} capability {raw['name']!r}", context=where,
                                        tool=name, **fields)
+        if has_sources:
+            try:
+                catalog._add_sources_from_dict(data, source=source, base_dir=base_dir)
+            except BaseException:
+                catalog.close()  # do not leave servers started for a catalog that failed
+                raise
         return catalog
 
     @classmethod
@@ -274,27 +246,271 @@ class Catalog:
             data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
         except (ValueError, yaml.YAMLError) as exc:
             raise CatalogError(f"catalog {p} is not valid {p.suffix[1:] or 'YAML'}: {exc}") from exc
-        return cls.from_dict(data or {}, source=str(p))
+        return cls.from_dict(data or {}, source=str(p), base_dir=p.parent, origin=f"file:{p}")
 
     @classmethod
-    def discover(cls, *base_urls: str, timeout_s: float = 5.0) -> Catalog:
-        """Build a catalog from each tool's ``GET {base_url}/capabilities`` description."""
-        tools = []
-        with httpx.Client(timeout=timeout_s) as client:
-            for base in base_urls:
-                url = base.rstrip("/") + "/capabilities"
+    def discover(cls, *base_urls: str, timeout_s: float = 5.0,
+                 refresh_s: float | None = None) -> Catalog:
+        """Build a catalog from each tool's ``GET {base_url}/capabilities`` description.
+
+        With ``refresh_s`` the descriptions are fetched again that often in the
+        background; runs already started keep the capabilities they planned with.
+        """
+        from orchestration.sources.discovery import DiscoverySource
+
+        def build(description: dict[str, Any], origin: str) -> Catalog:
+            return cls.from_dict({"tools": [description]}, source="discovery", origin=origin)
+
+        source = DiscoverySource(base_urls, build=build, timeout_s=timeout_s,
+                                 refresh_s=refresh_s)
+        catalog = cls()
+        catalog._adopt(source, source.load_sync())
+        return catalog
+
+    # --- sources: MCP servers, OpenAPI specs, decorated Python (orchestration/sources/) ---
+    def add_mcp_server(
+        self,
+        name: str,
+        *,
+        command: Sequence[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        url: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        tools: Sequence[str] | None = None,
+        timeout_s: float | None = None,
+        connect_timeout_s: float = 30.0,
+        refresh_s: float | None = None,
+        overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> list[Capability]:
+        """Add every tool of an MCP server as a capability ``name.<tool>`` (extra ``mcp``).
+
+        Give ``command`` (argv of a stdio server, with ``env``/``cwd``) or ``url`` (a
+        streamable HTTP endpoint, with ``headers``). The server is connected now to list
+        its tools; the session stays open, is shared by every run and closes with
+        :meth:`aclose`/:meth:`close`. ``tools`` keeps only the named tools; ``overrides``
+        maps a tool name to Capability fields (``idempotent``, ``timeout_s``, ``layers``,
+        ...); ``refresh_s`` lists the tools again that often.
+        """
+        from orchestration.sources.mcp import MCPServerSource
+
+        source = MCPServerSource(
+            name, command=command, env=env, cwd=cwd, url=url, headers=headers, tools=tools,
+            timeout_s=timeout_s, connect_timeout_s=connect_timeout_s, refresh_s=refresh_s,
+            overrides=overrides, runtime=self._source_runtime(),
+        )
+        return self._adopt(source, source.load_sync())
+
+    def add_openapi(
+        self,
+        spec: str | os.PathLike[str],
+        *,
+        base_url: str | None = None,
+        operations: Sequence[str] | None = None,
+        name: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout_s: float | None = None,
+        overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> list[Capability]:
+        """Add each operation of an OpenAPI 3.0/3.1 spec as a capability (extra ``openapi``).
+
+        ``spec`` is a file path or an http(s) URL. The tool is named ``name`` (default:
+        the spec's title as an identifier), each capability by its ``operationId``;
+        ``operations`` keeps only those. ``base_url`` overrides the spec's first server.
+        """
+        from orchestration.sources.openapi import OpenAPISource
+
+        source = OpenAPISource(
+            spec, base_url=base_url, operations=operations, name=name, headers=headers,
+            timeout_s=timeout_s, overrides=overrides, runtime=self._source_runtime(),
+        )
+        return self._adopt(source, source.load_sync())
+
+    @classmethod
+    def from_openapi(
+        cls,
+        path_or_url: str | os.PathLike[str],
+        base_url: str | None = None,
+        operations: Sequence[str] | None = None,
+        **options: Any,
+    ) -> Catalog:
+        """A catalog of one OpenAPI spec's operations (see :meth:`add_openapi`)."""
+        catalog = cls()
+        catalog.add_openapi(path_or_url, base_url=base_url, operations=operations, **options)
+        return catalog
+
+    def tool(
+        self,
+        name: str | Callable[..., Any] | None = None,
+        *,
+        description: str | None = None,
+        idempotent: bool = True,
+        timeout_s: float | None = None,
+        run_in_thread: bool = False,
+        examples: list[dict[str, Any]] | None = None,
+    ) -> Any:
+        """Decorator registering a Python function as capability ``name`` (``"calc.add"``).
+
+        The input schema comes from the type hints (pydantic models, ``Annotated``
+        constraints, enums, optional and defaulted parameters), the description from the
+        docstring, the output schema from the return type; sync and async functions. The
+        function is returned unchanged. ``@catalog.tool`` alone names it ``python.<fn>``.
+        """
+        from orchestration.sources.decorated import register_function
+
+        def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+            register_function(
+                self, fn, name=name if isinstance(name, str) else None,
+                description=description, idempotent=idempotent, timeout_s=timeout_s,
+                run_in_thread=run_in_thread, examples=examples,
+            )
+            return fn
+
+        if callable(name):
+            return decorate(name)
+        return decorate
+
+    def snapshot(self) -> Catalog:
+        """The catalog as it is now, unaffected by later refreshes (what one run uses).
+
+        The snapshot shares the capabilities (and so the sources' sessions) but owns
+        nothing: closing it does nothing. Taking one also restarts refresh timers that a
+        :meth:`aclose` stopped.
+        """
+        self._resume_refresh()
+        snap = Catalog()
+        with self._lock:
+            snap._caps = dict(self._caps)
+            snap._tool_descriptions = dict(self._tool_descriptions)
+        return snap
+
+    async def aclose(self) -> None:
+        """Close what the catalog's sources hold open (MCP sessions, HTTP pools, refresh
+        timers). Bounded in time; the sources reopen if the catalog is used again."""
+        if self._runtime is not None:
+            await self._runtime.aclose(list(self._sources.values()))
+
+    def close(self) -> None:
+        """:meth:`aclose` for code without an event loop."""
+        if self._runtime is not None:
+            self._runtime.close(list(self._sources.values()))
+
+    def _source_runtime(self) -> SourceRuntime:
+        from orchestration.sources._runtime import SourceRuntime
+
+        if self._runtime is None:
+            self._runtime = SourceRuntime()
+        return self._runtime
+
+    def _adopt(self, source: Source, listing: SourceListing) -> list[Capability]:
+        """Own ``source`` and add its capabilities; on any conflict close it and raise."""
+        before = (dict(self._caps), dict(self._tool_descriptions))
+        try:
+            with self._lock:
+                if source.label in self._sources:
+                    raise CatalogError(f"{source.label} is added twice")
+                clash = [c.key for c in listing.capabilities if (c.tool, c.name) in self._caps]
+                if clash:
+                    raise CatalogError(f"{source.label}: capabilities {', '.join(clash)} are "
+                                       "already defined by another source")
+                for cap in listing.capabilities:
+                    self.add(cap)
+                for tool, text in listing.tool_descriptions.items():
+                    self._tool_descriptions[tool] = text
+                self._sources[source.label] = source
+                self._owned[source.label] = {(c.tool, c.name) for c in listing.capabilities}
+        except BaseException:
+            with self._lock:
+                self._caps, self._tool_descriptions = before
+            if self._runtime is not None and self._runtime.running:
+                self._runtime.close([source])
+            raise
+        self._resume_refresh()
+        return list(listing.capabilities)
+
+    def _resume_refresh(self) -> None:
+        """Start the refresh timer of every source that has ``refresh_s`` and none running."""
+        import weakref
+
+        pending = [s for s in self._sources.values()
+                   if s.refresh_s and (self._runtime is None
+                                       or not self._runtime.refreshing(s.label))]
+        if not pending:
+            return
+        apply_ref = weakref.WeakMethod(self._apply_listing)
+
+        def apply(label: str, listing: SourceListing) -> bool:
+            method = apply_ref()
+            return method is not None and method(label, listing)
+
+        runtime = self._source_runtime()
+        for source in pending:
+            runtime.start_refresh(source, apply)
+
+    def _apply_listing(self, label: str, listing: SourceListing) -> bool:
+        """Replace ``label``'s capabilities with a fresh listing (called by the refresher).
+
+        Builds a new dict and swaps it in, so a run's snapshot and any reader iterating
+        the old dict are undisturbed. Capabilities that clash with another source or carry
+        an invalid schema are left out (and logged). Returns False once the source is gone.
+        """
+        from orchestration.sources._runtime import log
+
+        with self._lock:
+            if label not in self._sources:
+                return False
+            caps = dict(self._caps)
+            for key in self._owned.get(label, ()):
+                caps.pop(key, None)
+            owned: set[tuple[str, str]] = set()
+            for cap in listing.capabilities:
+                key = (cap.tool, cap.name)
                 try:
-                    resp = client.get(url)
-                    resp.raise_for_status()
-                    desc = resp.json()
-                except (httpx.HTTPError, ValueError) as exc:
-                    raise CatalogError(f"cannot discover tool at {url}: {exc}") from exc
-                if isinstance(desc, dict) and isinstance(desc.get("data"), dict):
-                    desc = desc["data"]  # tolerate an enveloped answer
-                if not isinstance(desc, dict):
-                    raise CatalogError(f"{url}: expected a JSON object describing the tool")
-                tools.append({**desc, "name": desc.get("tool", desc.get("name")), "base_url": base})
-        return cls.from_dict({"tools": tools}, source="discovery")
+                    if key in caps:
+                        raise CatalogError("already defined by another source")
+                    check_schema(cap.input_schema, f"capability {cap.key!r}")
+                    if cap.output_schema is not None:
+                        check_schema(cap.output_schema, f"capability {cap.key!r} output")
+                except CatalogError as exc:
+                    log.warning("refresh of %s: leaving out %s: %s", label, cap.key, exc)
+                    continue
+                caps[key] = cap
+                owned.add(key)
+            self._caps = caps
+            self._owned[label] = owned
+            for tool, text in listing.tool_descriptions.items():
+                self._tool_descriptions[tool] = text
+        return True
+
+    def _add_sources_from_dict(
+        self, data: Mapping[str, Any], *, source: str, base_dir: str | os.PathLike[str] | None
+    ) -> None:
+        """The ``mcp_servers:`` and ``openapi:`` lists of a catalog file."""
+        for key, options_allowed, required in (
+            ("mcp_servers", _MCP_KEYS, "name"), ("openapi", _OPENAPI_KEYS, "spec"),
+        ):
+            entries = data.get(key) or []
+            if not isinstance(entries, list):
+                raise CatalogError(f"{source}: '{key}' must be a list")
+            for index, raw in enumerate(entries):
+                where = f"{source}: {key}[{index}]"
+                if not isinstance(raw, Mapping) or not isinstance(raw.get(required), str):
+                    raise CatalogError(f"{where}: each entry needs a '{required}' string")
+                unknown = sorted(set(raw) - options_allowed)
+                if unknown:
+                    raise CatalogError(f"{where}: unknown key(s) {', '.join(unknown)} (allowed: "
+                                       f"{', '.join(sorted(options_allowed))})")
+                options = _expand_env_deep(dict(raw))
+                try:
+                    if key == "mcp_servers":
+                        self.add_mcp_server(options.pop("name"), **options)
+                    else:
+                        spec = str(options.pop("spec"))
+                        if base_dir is not None and "://" not in spec:
+                            spec = str(Path(base_dir) / spec)
+                        self.add_openapi(spec, **options)
+                except CatalogError as exc:
+                    raise CatalogError(f"{where}: {exc}") from exc
 
     # --- lookup -------------------------------------------------------------------
     def get(self, tool: str, capability: str) -> Capability:
@@ -336,3 +552,21 @@ class Catalog:
                 item["url"] = f"python:{getattr(cap.function, '__qualname__', 'callable')}"
             entry["capabilities"].append(item)
         return {"tools": list(tools.values())}
+
+
+_MCP_KEYS = frozenset({"name", "command", "env", "cwd", "url", "headers", "tools", "timeout_s",
+                       "connect_timeout_s", "refresh_s", "overrides"})
+_OPENAPI_KEYS = frozenset({"spec", "name", "base_url", "operations", "headers", "timeout_s",
+                           "overrides"})
+
+
+def _expand_env_deep(value: Any) -> Any:
+    """``${VAR:-default}`` expanded in every string of a nested list/dict."""
+    if isinstance(value, str):
+        return _expand_env(value)
+    if isinstance(value, Mapping):
+        return {k: _expand_env_deep(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand_env_deep(v) for v in value]
+    return value
+

@@ -132,7 +132,10 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     metrics_server = serve_metrics(port) if port is not None else None
     try:
         orch = Orchestrator.from_env(config=config, tracer_provider=provider)
-        result = orch.run(args.query)
+        try:
+            result = orch.run(args.query)
+        finally:
+            orch.close()  # MCP servers the catalog started
     finally:
         if provider is not None:
             provider.shutdown()  # flush batched spans before the process ends
@@ -171,7 +174,10 @@ def cmd_debug(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     orch = _orchestrator_from_env()
-    plan = asyncio.run(orch.plan(args.query))
+    try:
+        plan = asyncio.run(orch.plan(args.query))
+    finally:
+        orch.close()
     if args.json:
         out.write(json.dumps(plan.to_dict(), indent=2) + "\n")
     else:
@@ -184,9 +190,23 @@ def cmd_tools(args: argparse.Namespace, out: TextIO) -> int:
     if path is None:
         raise DagwrightError("no catalog: set ORCH_CATALOG or pass --catalog FILE")
     catalog = Catalog.from_file(path)
-    for cap in catalog:
-        target = cap.url or "python"
-        out.write(f"{cap.key:32} {cap.method:6} {target}\n    {cap.description}\n")
+    try:
+        if args.schema:
+            tool, dot, name = args.schema.partition(".")
+            if not dot:
+                raise DagwrightError(f"--schema takes tool.capability, got {args.schema!r}")
+            out.write(json.dumps(catalog.get(tool, name).input_schema, indent=2) + "\n")
+            return 0
+        for cap in catalog:
+            target = cap.url or ("python" if cap.function is not None else "")
+            flags = "".join(f" [{f}]" for f, on in (("idempotent", cap.is_idempotent),
+                                                    ("requires approval", cap.requires_approval))
+                            if on)
+            method = cap.method if cap.url or cap.source.startswith("openapi:") else ""
+            out.write(f"{cap.key:32} {method:6} {target}\n"
+                      f"    source: {cap.source}{flags}\n    {cap.description}\n")
+    finally:
+        catalog.close()  # MCP servers the catalog started
     return 0
 
 
@@ -220,8 +240,11 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("query")
     plan.add_argument("--json", action="store_true")
     plan.set_defaults(fn=cmd_plan)
-    tools = sub.add_parser("tools", help="list the catalog")
+    tools = sub.add_parser("tools", help="list the catalog's capabilities and where each comes "
+                           "from (file, MCP server, OpenAPI spec, Python)")
     tools.add_argument("--catalog", help="catalog file (default: ORCH_CATALOG)")
+    tools.add_argument("--schema", metavar="NAME",
+                       help="print the input JSON Schema of capability NAME (tool.capability)")
     tools.set_defaults(fn=cmd_tools)
     debug = sub.add_parser("debug", help="show one run's LLM prompts and answers from the "
                            "debug store (ORCH_LLM_DEBUG_ENABLED)")

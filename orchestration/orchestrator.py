@@ -161,8 +161,10 @@ class Orchestrator:
                 holder.append(await call())
             finally:
                 # this loop ends here, so the pools made for it (tools', the LLM client's,
-                # the store's) are closed inside it
-                await self.aclose()
+                # the store's) are closed inside it. The catalog's sources (MCP sessions)
+                # live on the catalog's own loop and stay open for the next run and for runs
+                # of other threads; close() ends them.
+                await self._close_loop_resources()
                 await self.llm.aclose()
 
         asyncio.run(main())
@@ -366,12 +368,12 @@ class Orchestrator:
         """The plan to execute: the run's own (a resumed run), the caller's, or a new one."""
         if run.plan is not None:  # a resumed run keeps its plan, repair steps included
             model = Plan.model_validate(run.plan)
-            return validate_plan(model, self.catalog,
+            return validate_plan(model, services.catalog,
                                  max_steps=max(self.config.max_plan_steps, len(model.steps)))
         if plan is None:
             return await self.planner.plan(run, services)
         model = plan if isinstance(plan, Plan) else Plan.model_validate(plan)
-        return validate_plan(model, self.catalog, max_steps=self.config.max_plan_steps)
+        return validate_plan(model, services.catalog, max_steps=self.config.max_plan_steps)
 
     async def plan(self, query: str) -> ValidatedPlan:
         """Plan without executing (what ``dagwright plan`` shows); nothing is recorded."""
@@ -405,7 +407,8 @@ class Orchestrator:
         """What one run uses: its LLM gateway (budget, usage), transport and deadline."""
         config = self.config
         return RunServices(
-            catalog=self.catalog, config=config, layers=self.layers,
+            # a snapshot: a catalog refresh during the run must not change what it planned with
+            catalog=self.catalog.snapshot(), config=config, layers=self.layers,
             llm=LLMGateway(
                 self.llm, observer=self.observer, usage=run.usage, run_id=run.run_id,
                 max_calls=config.max_llm_calls_per_run, policy=RetryPolicy.for_llm(config),
@@ -432,7 +435,7 @@ class Orchestrator:
             self._transports[loop_id] = transport
         return transport
 
-    async def aclose(self) -> None:
+    async def _close_loop_resources(self) -> None:
         """Close what this orchestrator opened for the current event loop: the tools' HTTP
         pool and the run store's connection."""
         transport = self._transports.pop(id(asyncio.get_running_loop()), None)
@@ -441,6 +444,15 @@ class Orchestrator:
         if self._retention is not None and not self._retention.done():
             await asyncio.wait([self._retention], timeout=5)
         await self.store.close()
+
+    async def aclose(self) -> None:
+        """Close the current loop's resources and the catalog's sources (MCP sessions)."""
+        await self._close_loop_resources()
+        await self.catalog.aclose()
+
+    def close(self) -> None:
+        """Close the catalog's sources from code without an event loop (after sync runs)."""
+        self.catalog.close()
 
     async def __aenter__(self) -> Orchestrator:
         return self

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from orchestration._json import extract_json
 from orchestration._text import describe_validation_error
-from orchestration.catalog import Capability
+from orchestration.capability import Capability
 from orchestration.errors import MalformedAnswer, PlanParseError
 from orchestration.plan import STEP_ID_PATTERN, Plan
 

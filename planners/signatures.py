@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from orchestration import _schema
-from orchestration.catalog import Capability
+from orchestration.capability import Capability
 
 if TYPE_CHECKING:
     from orchestration._schema import Resolver

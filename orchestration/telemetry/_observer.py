@@ -29,7 +29,7 @@ from orchestration.telemetry import _tracing as attr
 
 if TYPE_CHECKING:
     from orchestration._transport import CallResult
-    from orchestration.catalog import Capability
+    from orchestration.capability import Capability
     from orchestration.llm.base import LLMRequest, LLMResponse
     from orchestration.plan import Step
     from orchestration.protocol import StepError

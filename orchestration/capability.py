@@ -1,0 +1,116 @@
+"""One callable operation of a tool, and how the engine reaches it.
+
+A capability is called over HTTP (the URL always comes from the catalog, never from an
+LLM), in-process through a Python callable, or through an :class:`Invoker` that a source
+supplies (an MCP server's tool, an OpenAPI operation). This module is the contract those
+sources and the transport build on; the :class:`~orchestration.catalog.Catalog` holds
+capabilities and builds them from files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from orchestration import _schema
+from orchestration.errors import CatalogError
+
+if TYPE_CHECKING:
+    from orchestration._transport import CallResult
+
+__all__ = ["IDEMPOTENT_METHODS", "Capability", "Invoker", "check_schema"]
+
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
+_NAME = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
+
+
+@runtime_checkable
+class Invoker(Protocol):
+    """How a source (MCP server, OpenAPI spec) calls one of its capabilities.
+
+    ``call`` makes one attempt and never raises except on cancellation: every failure is
+    returned as a ``CallResult`` whose ``error`` is a classified ``StepError`` (category,
+    code, retryable, request_sent, ...), exactly as the HTTP transport does.
+    """
+
+    async def call(
+        self, params: dict[str, Any], *, timeout_s: float, headers: Mapping[str, str]
+    ) -> CallResult: ...
+
+
+class Capability(BaseModel):
+    """One callable operation of a tool.
+
+    ``idempotent`` defaults from the HTTP method (GET/PUT/DELETE yes, POST/PATCH no), is
+    True for Python callables and False for invokers unless stated (their sources state
+    it). A non-idempotent capability is never re-sent after an ambiguous failure unless it
+    names an ``idempotency_key_header``. ``source`` says where the capability came from
+    (``file:config/x.yaml``, ``mcp:weather``, ``openapi:spec.yaml``, ``python``).
+    ``requires_approval`` marks destructive capabilities (an MCP ``destructiveHint``).
+    """
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    tool: str = Field(pattern=_NAME)
+    name: str = Field(pattern=_NAME)
+    description: str = ""
+    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+    output_schema: dict[str, Any] | None = None
+    url: str | None = None
+    method: str = "POST"
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeout_s: float | None = Field(None, gt=0)
+    idempotent: bool | None = None
+    idempotency_key_header: str | None = None
+    function: Callable[..., Any] | None = Field(default=None, exclude=True, repr=False)
+    invoker: Invoker | None = Field(default=None, exclude=True, repr=False)
+    source: str = ""
+    requires_approval: bool = False
+    run_in_thread: bool = False
+    examples: list[dict[str, Any]] = Field(default_factory=list)
+    retry: dict[str, Any] = Field(
+        default_factory=dict, description="Per-capability overrides of the retry policy."
+    )
+    layers: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Per-capability overrides of layer settings, e.g. "
+        "{'validation_feedback_enabled': false, 'max_validation_retries': 1}.",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Capability:
+        self.method = self.method.upper()
+        if sum(x is not None for x in (self.url, self.function, self.invoker)) != 1:
+            raise ValueError("needs exactly one of 'url' (HTTP tool), a Python function or an "
+                             "invoker (MCP, OpenAPI)")
+        if self.idempotent is None:
+            self.idempotent = self.function is not None or (
+                self.url is not None and self.method in IDEMPOTENT_METHODS)
+        if not self.source:
+            self.source = "python" if self.function is not None else (
+                "http" if self.url is not None else "invoker")
+        return self
+
+    @property
+    def key(self) -> str:
+        """``tool.capability``, the name used in logs, metrics and prompts."""
+        return f"{self.tool}.{self.name}"
+
+    @property
+    def is_idempotent(self) -> bool:
+        return bool(self.idempotent)
+
+
+def check_schema(schema: Any, where: str) -> None:
+    """Reject a schema that is not itself a valid JSON Schema, naming ``where`` and the
+    JSON path of every problem (not only the first)."""
+    if not isinstance(schema, dict):
+        raise CatalogError(f"{where}: input_schema must be a JSON object, got {type(schema).__name__}")
+    problems = _schema.check_schema_errors(schema)
+    if problems:
+        raise CatalogError(f"{where}: " + "; ".join(
+            f"invalid input_schema at {path}: {message}" for path, message in problems))
+
+

@@ -1,0 +1,48 @@
+"""Where capabilities come from besides a catalog file: MCP servers, OpenAPI specs,
+decorated Python functions and ``GET /capabilities`` discovery.
+
+Each source turns its own description of a tool (an MCP ``tools/list``, an OpenAPI
+operation, a type-hinted signature) into :class:`~orchestration.catalog.Capability`
+objects with a JSON Schema, an idempotency flag and an ``invoker`` that maps every
+failure to the engine's :class:`~orchestration.protocol.StepError`. The engine never
+sees the difference.
+
+The heavy libraries (``mcp``, ``openapi-spec-validator``) are imported only by the
+modules that need them (:mod:`.mcp`, :mod:`.openapi`), so ``import orchestration``
+works without the extras. This package's ``__init__`` holds only the small contract
+the catalog uses to own and refresh sources.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from orchestration.capability import Capability
+
+__all__ = ["Source", "SourceListing"]
+
+
+@dataclass
+class SourceListing:
+    """What one source offers right now: its capabilities and its tools' descriptions."""
+
+    capabilities: list[Capability]
+    tool_descriptions: dict[str, str] = field(default_factory=dict)
+
+
+class Source(Protocol):
+    """A source the catalog owns: it can list its capabilities again and must be closed.
+
+    ``label`` names the source in logs, errors and ``dagwright tools`` (``mcp:weather``).
+    ``refresh_s`` (None: never) is how often the catalog lists it again in the background.
+    ``load`` and ``aclose`` run on the catalog's source runtime loop.
+    """
+
+    label: str
+    refresh_s: float | None
+
+    async def load(self) -> SourceListing: ...
+
+    async def aclose(self) -> None: ...

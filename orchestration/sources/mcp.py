@@ -1,0 +1,523 @@
+"""MCP servers as capabilities: one ``name.tool`` per tool a server lists.
+
+Built on the official ``mcp`` SDK, 2.x line (extra ``dagwright[mcp]``): 2.x is the
+maintained line (1.x only gets security fixes), speaks both the 2026-07-28 protocol and
+the 2025 handshake era, so it connects to servers built with either SDK generation.
+
+Sessions. A session is opened the first time the server is needed (the catalog lists
+its tools when the server is added) and reused by every later call, from any run, loop
+or thread: it lives on the catalog's source runtime loop (see ``_runtime``), held open by
+one owner task, because the SDK's anyio task groups must be entered and left by the same
+task. A session that dies (the server crashed, the connection dropped) is reopened by
+the next call. ``aclose`` sets the owner's stop event and waits a bounded time, then
+cancels it: closing never hangs.
+
+Results: ``structuredContent`` when present, else the text content, JSON-decoded when it
+is JSON (several text blocks give a list). Errors are mapped to ``StepError`` by the
+table in ``docs/tools.md``: an argument-validation failure is an ``INPUT_ERROR`` with
+``retryable: true`` so layer 3 can correct it, an unknown tool is ``NOT_FOUND``, a crash
+or transport failure is a ``SERVICE_ERROR``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from orchestration._transport import CallResult
+from orchestration.capability import Capability
+from orchestration.errors import CatalogError
+from orchestration.protocol import ErrorCategory, ErrorSource, StepError
+from orchestration.sources import SourceListing
+from orchestration.sources._runtime import SourceClosed, SourceRuntime
+
+__all__ = [
+    "CALL_GRACE_S",
+    "CLOSE_TIMEOUT_S",
+    "CONNECTION_CLOSED",
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "LIST_TIMEOUT_S",
+    "MAX_LIST_PAGES",
+    "METHOD_NOT_FOUND",
+    "REQUEST_TIMEOUT",
+    "MCPServerSource",
+    "MCPToolInvoker",
+    "capability_name",
+    "error_from_mcp_error",
+    "error_from_result",
+    "result_data"
+]
+
+try:
+    import httpx2
+    import mcp.types as mcp_types
+    from mcp import Client, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared.exceptions import MCPError
+except ImportError as _missing:  # pragma: no cover - depends on the installed extras
+    raise CatalogError(
+        "MCP servers need the 'mcp' extra: pip install 'dagwright[mcp]' "
+        f"({_missing})") from _missing
+
+log = logging.getLogger("dagwright.sources.mcp")
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+MAX_LIST_PAGES = 100
+LIST_TIMEOUT_S = 30.0
+CLOSE_TIMEOUT_S = 3.0
+CALL_GRACE_S = 1.0  # the caller's own timer waits this much longer than the SDK's
+
+# JSON-RPC error codes (the MCP SDK's names)
+CONNECTION_CLOSED = -32000
+REQUEST_TIMEOUT = -32001
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+
+# What SDKs write when a tool's arguments fail its input schema. The Python SDK (1.x
+# and 2.x) answers an isError result "Error executing tool X: N validation error(s) for
+# XArguments ..."; the TypeScript SDK "Input validation error: Invalid arguments for
+# tool X ..." (older releases: a JSON-RPC -32602 error).
+_INVALID_ARGUMENTS = re.compile(
+    r"\d+ validation errors? for \S*Arguments\b|input validation error|"
+    r"invalid arguments for tool|invalid params", re.IGNORECASE)
+_UNKNOWN_TOOL = re.compile(
+    r"^(?:MCP error -?\d+:\s*)?(?:unknown tool\b|tool ['\"]?[\w.-]+['\"]? not found)",
+    re.IGNORECASE)
+
+
+class _Unavailable(Exception):
+    """The session could not be opened (nothing was sent)."""
+
+    def __init__(self, message: str, *, http_status: int | None = None) -> None:
+        super().__init__(message)
+        self.http_status = http_status
+
+
+def _explain(exc: BaseException) -> str:
+    """The leaf messages of an exception (anyio wraps failures in exception groups)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_explain(e) for e in exc.exceptions)
+    text = str(exc) or type(exc).__name__
+    return text if type(exc).__name__ in text else f"{type(exc).__name__}: {text}"
+
+
+def capability_name(tool_name: str) -> str:
+    """An MCP tool name as a capability name (they allow a leading digit or hyphen)."""
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", tool_name)
+    return name if _NAME.match(name) else f"_{name}"
+
+
+# --- results and errors ---------------------------------------------------------------
+def _decode(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def result_data(result: mcp_types.CallToolResult) -> Any:
+    """Structured content when present, else the text content (JSON-decoded if JSON)."""
+    if result.structured_content is not None:
+        return result.structured_content
+    texts = [block.text for block in result.content if isinstance(block, mcp_types.TextContent)]
+    if len(texts) == 1 and len(result.content) == 1:
+        return _decode(texts[0])
+    if texts and len(texts) == len(result.content):
+        return [_decode(t) for t in texts]
+    return [block.model_dump(mode="json", by_alias=True, exclude_none=True)
+            for block in result.content]
+
+
+def _result_text(result: mcp_types.CallToolResult) -> str:
+    texts = [block.text for block in result.content if isinstance(block, mcp_types.TextContent)]
+    return "\n".join(texts).strip() or "the tool reported an error without text"
+
+
+def error_from_result(result: mcp_types.CallToolResult) -> StepError:
+    """An ``isError`` result as a StepError (see the mapping table in docs/tools.md)."""
+    text = _result_text(result)
+    details: dict[str, Any] = {"mcp": "isError"}
+    if result.structured_content is not None:
+        details["structured_content"] = result.structured_content
+    if _UNKNOWN_TOOL.match(text):
+        return StepError(category=ErrorCategory.NOT_FOUND, code="MCP_UNKNOWN_TOOL", message=text,
+                         retryable=False, details=details)
+    if _INVALID_ARGUMENTS.search(text):
+        return StepError(category=ErrorCategory.INPUT_ERROR, code="MCP_INVALID_ARGUMENTS",
+                         message=text, retryable=True, details=details)
+    # any other tool-reported failure: free text, like a Python tool that raised, so
+    # layer 3 acts when it matches ORCH_VALIDATION_ERROR_PATTERNS and layer 4 may read it
+    return StepError(category=ErrorCategory.INPUT_ERROR, code="TOOL_RAISED", message=text,
+                     source=ErrorSource.RAISED, retryable=False, details=details)
+
+
+def error_from_mcp_error(exc: MCPError, *, auth_status: int | None = None) -> StepError:
+    """A JSON-RPC error (protocol level) as a StepError."""
+    code, message = exc.code, exc.message or "MCP error"
+    details: dict[str, Any] = {"mcp_code": code}
+    if exc.data is not None:
+        details["data"] = exc.data
+    if auth_status is not None:
+        return StepError(category=ErrorCategory.AUTH_ERROR, code=f"HTTP_{auth_status}",
+                         message=f"the MCP server answered HTTP {auth_status}: {message}",
+                         http_status=auth_status, details=details)
+    if code == CONNECTION_CLOSED:
+        return StepError(category=ErrorCategory.SERVICE_ERROR, code="MCP_CONNECTION_CLOSED",
+                         message=f"the MCP server closed the connection (crashed?): {message}",
+                         source=ErrorSource.TRANSPORT, retryable=True, request_sent=True, details=details)
+    if code == REQUEST_TIMEOUT:
+        return StepError(category=ErrorCategory.TIMEOUT, code="TOOL_TIMEOUT", message=message,
+                         source=ErrorSource.TRANSPORT, retryable=True, request_sent=True, details=details)
+    if code == INVALID_PARAMS:
+        if _UNKNOWN_TOOL.match(message):
+            return StepError(category=ErrorCategory.NOT_FOUND, code="MCP_UNKNOWN_TOOL",
+                             message=message, retryable=False, details=details)
+        return StepError(category=ErrorCategory.INPUT_ERROR, code="MCP_INVALID_PARAMS",
+                         message=message, retryable=True, details=details)
+    if code == METHOD_NOT_FOUND:
+        return StepError(category=ErrorCategory.NOT_FOUND, code="MCP_METHOD_NOT_FOUND",
+                         message=message, retryable=False, details=details)
+    if code == INTERNAL_ERROR:
+        return StepError(category=ErrorCategory.SERVICE_ERROR, code="MCP_INTERNAL_ERROR",
+                         message=message, retryable=True, details=details)
+    return StepError(category=ErrorCategory.SERVICE_ERROR, code=f"MCP_ERROR_{abs(code)}",
+                     message=message, retryable=False, details=details)
+
+
+# --- the session ----------------------------------------------------------------------
+class _Session:
+    """One open connection, held by its owner task on the runtime loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.client: Client | None = None
+        self.stop = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+        self.alive = True
+
+
+class MCPServerSource:
+    """One MCP server: how to reach it, its session, and its tools as capabilities."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        command: Sequence[str] | None,
+        env: Mapping[str, str] | None,
+        cwd: Any,
+        url: str | None,
+        headers: Mapping[str, str] | None,
+        tools: Sequence[str] | None,
+        timeout_s: float | None,
+        connect_timeout_s: float,
+        refresh_s: float | None,
+        overrides: Mapping[str, Mapping[str, Any]] | None,
+        runtime: SourceRuntime,
+    ) -> None:
+        where = f"MCP server {name!r}"
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise CatalogError(f"{where}: the name must match {_NAME.pattern} (it becomes the "
+                               "tool name of its capabilities)")
+        if (command is None) == (url is None):
+            raise CatalogError(f"{where}: give exactly one of command=[...] (a stdio server) "
+                               "or url='http://...' (streamable HTTP)")
+        if command is not None and (isinstance(command, str) or not command
+                                    or not all(isinstance(a, str) for a in command)):
+            raise CatalogError(f"{where}: command must be a non-empty list of strings (the "
+                               f"argv, e.g. ['python', 'server.py']), got {command!r}")
+        if url is not None and not re.match(r"^https?://", url):
+            raise CatalogError(f"{where}: url must start with http:// or https://, got {url!r}")
+        if env and command is None:
+            raise CatalogError(f"{where}: env applies to a stdio server (command=...); "
+                               "an HTTP server takes headers")
+        if headers and url is None:
+            raise CatalogError(f"{where}: headers apply to an HTTP server (url=...); "
+                               "a stdio server takes env")
+        if refresh_s is not None and refresh_s <= 0:
+            raise CatalogError(f"{where}: refresh_s must be > 0, got {refresh_s!r}")
+        self.name = name
+        self.label = f"mcp:{name}"
+        self.command = list(command) if command is not None else None
+        self.env = {str(k): str(v) for k, v in (env or {}).items()} or None
+        self.cwd = cwd
+        self.url = url
+        self.headers = {str(k): str(v) for k, v in (headers or {}).items()}
+        self.tools = list(tools) if tools is not None else None
+        self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.refresh_s = refresh_s
+        self.overrides = {str(k): dict(v) for k, v in (overrides or {}).items()}
+        self.runtime = runtime
+        self._session: _Session | None = None
+        self._open_lock: asyncio.Lock | None = None
+        self._lock_loop: asyncio.AbstractEventLoop | None = None
+        self._auth_status: int | None = None
+
+    def describe(self) -> str:
+        if self.command is not None:
+            return f"command {shlex.join(self.command)}"
+        return f"url {self.url}"
+
+    # --- listing ------------------------------------------------------------------
+    def load_sync(self) -> SourceListing:
+        """Connect and list the tools now (the catalog is being built); CatalogError if not."""
+        where = f"MCP server {self.name!r} ({self.describe()})"
+        try:
+            listing = self.runtime.run_sync(self.load(), self.connect_timeout_s + LIST_TIMEOUT_S)
+        except TimeoutError:
+            raise CatalogError(f"{where}: no tool list within "
+                               f"{self.connect_timeout_s + LIST_TIMEOUT_S:g}s") from None
+        except CatalogError as exc:
+            raise CatalogError(f"{where}: {exc}") from exc
+        except Exception as exc:
+            if self._auth_status in (401, 403):
+                raise CatalogError(f"{where}: the server answered HTTP {self._auth_status}; check "
+                                   "the headers (e.g. Authorization)") from exc
+            raise CatalogError(f"{where}: cannot list its tools: {_explain(exc)}") from exc
+        if self.tools is not None:
+            have = {c.invoker.tool_name for c in listing.capabilities
+                    if isinstance(c.invoker, MCPToolInvoker)}
+            missing = [t for t in self.tools if t not in have]
+            if missing:
+                raise CatalogError(f"{where}: has no tool(s) {', '.join(missing)}")
+        return listing
+
+    async def load(self) -> SourceListing:
+        """List the server's tools (every page) and build their capabilities."""
+        client = await self._client()
+        tools: list[mcp_types.Tool] = []
+        cursor: str | None = None
+        for _ in range(MAX_LIST_PAGES):
+            page = await client.list_tools(cursor=cursor)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        wanted = [t for t in tools if self.tools is None or t.name in self.tools]
+        description = client.instructions or f"MCP server {self.name}"
+        return SourceListing([self._capability(t) for t in wanted], {self.name: description})
+
+    def _capability(self, tool: mcp_types.Tool) -> Capability:
+        """One MCP tool as a capability; annotations become the engine's flags.
+
+        ``readOnlyHint`` or ``idempotentHint`` → idempotent; ``destructiveHint`` →
+        ``requires_approval``, with the MCP default (a tool that is not read-only may be
+        destructive unless it says ``destructiveHint: false``).
+        """
+        hints = tool.annotations
+        read_only = bool(hints and hints.read_only_hint)
+        fields: dict[str, Any] = {
+            "tool": self.name,
+            "name": capability_name(tool.name),
+            "description": tool.description or tool.title or "",
+            "input_schema": dict(tool.input_schema or {"type": "object"}),
+            "output_schema": dict(tool.output_schema) if tool.output_schema else None,
+            "idempotent": read_only or bool(hints and hints.idempotent_hint),
+            "requires_approval": not read_only and not (hints and hints.destructive_hint is False),
+            "timeout_s": self.timeout_s,
+            "source": self.label,
+        }
+        override = self.overrides.get(tool.name, {})
+        forbidden = {"tool", "name", "invoker", "url", "function", "source"} & set(override)
+        if forbidden:
+            raise CatalogError(f"overrides for tool {tool.name!r} may not set "
+                               f"{', '.join(sorted(forbidden))}")
+        fields.update(override)
+        try:
+            return Capability(**fields, invoker=MCPToolInvoker(self, tool.name))
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(root)'}: {e['msg']}"
+                                 for e in exc.errors())
+            raise CatalogError(f"tool {tool.name!r}: {problems}") from exc
+
+    # --- calling ------------------------------------------------------------------
+    async def call_tool(self, tool_name: str, params: dict[str, Any], timeout_s: float) -> CallResult:
+        """One ``tools/call`` on the runtime loop, every outcome classified."""
+        try:
+            client = await self._client()
+        except _Unavailable as exc:
+            if exc.http_status in (401, 403):
+                return CallResult(error=StepError(
+                    category=ErrorCategory.AUTH_ERROR, code=f"HTTP_{exc.http_status}",
+                    message=f"MCP server {self.name!r}: {exc}", http_status=exc.http_status,
+                    request_sent=False))
+            return CallResult(error=StepError(
+                category=ErrorCategory.SERVICE_ERROR, code="MCP_UNAVAILABLE",
+                source=ErrorSource.TRANSPORT,
+                message=f"MCP server {self.name!r} ({self.describe()}) is unavailable: {exc}",
+                retryable=True, request_sent=False))
+        self._auth_status = None
+        try:
+            result = await client.call_tool(tool_name, params, read_timeout_seconds=timeout_s)
+        except MCPError as exc:
+            auth = self._auth_status if self._auth_status in (401, 403) else None
+            if exc.code == CONNECTION_CLOSED:
+                self._forget_session()
+            return CallResult(error=error_from_mcp_error(exc, auth_status=auth))
+        except TimeoutError:
+            return CallResult(error=StepError(
+                category=ErrorCategory.TIMEOUT, code="TOOL_TIMEOUT", source=ErrorSource.TRANSPORT,
+                message=f"MCP tool {tool_name!r} did not answer within {timeout_s:g}s",
+                retryable=True, request_sent=True))
+        except ValidationError as exc:
+            return CallResult(error=StepError(
+                category=ErrorCategory.INVALID_RESPONSE, code="MCP_INVALID_RESULT",
+                source=ErrorSource.RESPONSE,
+                message=f"the MCP server's answer does not follow the protocol: {_explain(exc)}"))
+        except RuntimeError as exc:
+            # the SDK checks structured content against the tool's outputSchema
+            return CallResult(error=StepError(
+                category=ErrorCategory.INVALID_RESPONSE, code="MCP_INVALID_OUTPUT",
+                source=ErrorSource.RESPONSE,
+                message=str(exc)))
+        except Exception as exc:
+            self._forget_session()
+            return CallResult(error=StepError(
+                category=ErrorCategory.SERVICE_ERROR, code="MCP_TRANSPORT_ERROR",
+                source=ErrorSource.TRANSPORT,
+                message=f"MCP server {self.name!r}: {_explain(exc)}", retryable=True,
+                request_sent=True))
+        if result.is_error:
+            return CallResult(error=error_from_result(result))
+        return CallResult(data=result_data(result))
+
+    # --- the session --------------------------------------------------------------
+    async def _client(self) -> Client:
+        """The open session's client, opening one if there is none (or it died)."""
+        loop = asyncio.get_running_loop()
+        session = self._session
+        if session is not None and session.alive and session.loop is loop:
+            assert session.client is not None
+            return session.client
+        if self._open_lock is None or self._lock_loop is not loop:
+            self._open_lock, self._lock_loop = asyncio.Lock(), loop
+        async with self._open_lock:
+            session = self._session
+            if session is not None and session.alive and session.loop is loop:
+                assert session.client is not None
+                return session.client
+            if session is not None and session.loop is loop:
+                await self._close_session(session)
+            self._session = None
+            self._session = await self._open(loop)
+            assert self._session.client is not None
+            return self._session.client
+
+    async def _open(self, loop: asyncio.AbstractEventLoop) -> _Session:
+        session = _Session(loop)
+        ready: asyncio.Future[Client] = loop.create_future()
+        session.task = asyncio.create_task(self._own(session, ready), name=self.label)
+        self._auth_status = None
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                session.client = await asyncio.shield(ready)
+        except TimeoutError:
+            await self._close_session(session)
+            raise _Unavailable(f"no session within {self.connect_timeout_s:g}s") from None
+        except _Unavailable as exc:
+            exc.http_status = self._auth_status
+            raise
+        return session
+
+    async def _own(self, session: _Session, ready: asyncio.Future[Client]) -> None:
+        """The owner task: enters the SDK client, waits for the stop signal, leaves it."""
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                client = await self._enter_client(stack)
+                ready.set_result(client)
+                await session.stop.wait()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(_Unavailable(_explain(exc)))
+            elif not session.stop.is_set():
+                log.warning("MCP server %s: the session ended: %s", self.name, _explain(exc))
+        finally:
+            session.alive = False
+
+    async def _enter_client(self, stack: contextlib.AsyncExitStack) -> Client:
+        if self.command is not None:
+            params = StdioServerParameters(command=self.command[0], args=self.command[1:],
+                                           env=self.env, cwd=self.cwd)
+            transport: Any = stdio_client(params, errlog=sys.stderr)
+        else:
+            assert self.url is not None
+
+            async def remember_status(response: httpx2.Response) -> None:
+                if response.status_code in (401, 403):
+                    self._auth_status = response.status_code
+
+            http = httpx2.AsyncClient(headers=self.headers,
+                                      timeout=httpx2.Timeout(30.0, read=300.0),
+                                      event_hooks={"response": [remember_status]})
+            await stack.enter_async_context(http)
+            transport = streamable_http_client(self.url, http_client=http)
+        client = Client(transport, cache=None)
+        return await stack.enter_async_context(client)
+
+    def _forget_session(self) -> None:
+        """Drop a dead session so the next call opens a new one (its owner is told to stop)."""
+        session, self._session = self._session, None
+        if session is not None:
+            session.alive = False
+            session.stop.set()
+
+    async def _close_session(self, session: _Session) -> None:
+        session.stop.set()
+        task = session.task
+        if task is not None and not task.done():
+            done, _ = await asyncio.wait({task}, timeout=CLOSE_TIMEOUT_S)
+            if not done:
+                task.cancel()
+                await asyncio.wait({task}, timeout=CLOSE_TIMEOUT_S)
+        session.alive = False
+
+    async def aclose(self) -> None:
+        """Close the session (bounded: the owner is cancelled if it does not stop)."""
+        session, self._session = self._session, None
+        if session is not None and session.loop is asyncio.get_running_loop():
+            await self._close_session(session)
+        self._open_lock = None
+
+
+class MCPToolInvoker:
+    """The catalog's invoker for one MCP tool: hands the call to the runtime loop."""
+
+    def __init__(self, source: MCPServerSource, tool_name: str) -> None:
+        self.source = source
+        self.tool_name = tool_name
+
+    async def call(
+        self, params: dict[str, Any], *, timeout_s: float, headers: Mapping[str, str]
+    ) -> CallResult:
+        """One call; ``headers`` (trace context) have no place in an MCP request."""
+        try:
+            async with asyncio.timeout(timeout_s + CALL_GRACE_S):
+                return await self.source.runtime.run(
+                    self.source.call_tool(self.tool_name, params, timeout_s))
+        except TimeoutError:
+            return CallResult(error=StepError(
+                category=ErrorCategory.TIMEOUT, code="TOOL_TIMEOUT", source=ErrorSource.TRANSPORT,
+                message=f"MCP tool {self.source.name}.{self.tool_name} did not answer within "
+                f"{timeout_s:g}s", retryable=True, request_sent=True))
+        except SourceClosed as exc:
+            return CallResult(error=StepError(
+                category=ErrorCategory.SERVICE_ERROR, code="MCP_SESSION_CLOSED",
+                source=ErrorSource.TRANSPORT,
+                message=f"MCP server {self.source.name!r}: {exc}", retryable=True,
+                request_sent=True))
+
+    def __repr__(self) -> str:
+        return f"MCPToolInvoker({self.source.label}/{self.tool_name})"
