@@ -92,7 +92,7 @@ import json
 import math
 import re
 import tokenize
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -110,8 +110,9 @@ if TYPE_CHECKING:
     from referencing._core import Resolver
 
     _Resolver = Resolver[referencing.jsonschema.Schema]
-    # The schemas (with their resolvers) a value position was entered with.
-    _Position = tuple[tuple[Any, _Resolver], ...]
+    # The schemas a value position was entered with, and the resolver they
+    # were reached from.
+    _Position = tuple[Sequence[Any], _Resolver]
 
 __all__ = [
     "MAX_DEPTH",
@@ -220,6 +221,8 @@ class CoercionChange:
     that path immediately before and after *this* rule, so a JSON string that
     is decoded into an array is reported once with the decoded array as
     ``new`` and then once more for each element that was coerced further.
+    A member that was dropped (rule ``optional-null->removed``) has ``new``
+    set to :data:`REMOVED`.
     """
 
     path: str
@@ -241,7 +244,8 @@ class CoercionResult:
     value: Any
     changes: list[CoercionChange]
     # True when the input was checked and found valid as it was: a caller that validates
-    # next (the executor's pre-flight check) can skip that second, identical check.
+    # next (the executor's pre-flight check) can skip that second, identical check.  The
+    # returned value is then valid too (at most, integer-valued floats were made ints).
     known_valid: bool = False
 
     @property
@@ -321,7 +325,7 @@ class Coercer:
         # never needs its floats looked at, which keeps the fast path cheap.
         self._says_integer = _mentions_integer(schema)
         self._float_integers = self._is_type(1.0, "integer")
-        self._position: _Position = ((schema, self._resolver),)
+        self._position: _Position = ((schema,), self._resolver)
         self._validators: dict[int, tuple[Any, Validator]] = {}
         if isinstance(schema, Mapping):
             self._validators[id(schema)] = (schema, self._validator)
@@ -338,10 +342,11 @@ class Coercer:
         (possible only when called from an already very deep stack), the value
         is returned unchanged for validation to judge.
         """
-        changes: list[CoercionChange] = []
+        changes: list[CoercionChange]
         if self._check(value, self._schema, self._resolver) is True:
             if not self._says_integer or not _has_integral_float(value, 0):
                 return CoercionResult(value, [], known_valid=True)
+            changes = []
             try:
                 new = self._integers(value, self._schema, self._resolver, "$", 0, frozenset(), changes)
             except RecursionError:
@@ -353,6 +358,7 @@ class Coercer:
             ):
                 return CoercionResult(value, [], known_valid=True)
             return CoercionResult(new, changes, known_valid=True)
+        changes = []
         try:
             new = self._walk(
                 value, self._schema, self._resolver, "$", 0, frozenset(), changes, True, self._position
@@ -444,9 +450,9 @@ class Coercer:
         ``loose`` allows the two rules that turn a value into a more accepting
         type (a number into text, a value into an array of one); an anyOf or
         oneOf turns it off while it looks for a branch that fits the value
-        without them.  ``position`` is every schema (with its resolver) the
-        walk entered this value position with, where ``required`` is looked
-        up before an optional null is dropped.
+        without them.  ``position`` holds every schema the walk entered this
+        value position with (and the resolver they were reached from), where
+        ``required`` is looked up before an optional null is dropped.
         """
         if not isinstance(schema, Mapping) or depth > MAX_DEPTH:
             return value
@@ -678,18 +684,17 @@ class Coercer:
                 changes.append(CoercionChange(child_path, None, REMOVED, "optional-null->removed"))
                 continue
             current = member
-            entered = tuple((s, self._enter(s, resolver)) for s in subschemas)
-            for subschema, sub_resolver in entered:
+            for subschema in subschemas:
                 current = self._walk(
                     current,
                     subschema,
-                    sub_resolver,
+                    self._enter(subschema, resolver),
                     child_path,
                     depth + 1,
                     frozenset(),
                     changes,
                     True,
-                    entered,
+                    (subschemas, resolver),
                 )
             if current is not member:
                 if result is None:
@@ -703,7 +708,8 @@ class Coercer:
         """Whether a null member ``name`` is an optional parameter sent as null."""
         if not any(self._check(None, s, self._enter(s, resolver)) is False for s in subschemas):
             return False
-        return not any(name in self._required_names(s, r) for s, r in position)
+        schemas, base = position
+        return not any(name in self._required_names(s, self._enter(s, base)) for s in schemas)
 
     def _walk_array(
         self,
@@ -730,7 +736,7 @@ class Coercer:
                 frozenset(),
                 changes,
                 True,
-                ((subschema, sub_resolver),),
+                ((subschema,), resolver),
             )
             if current is not element:
                 if result is None:
@@ -1075,7 +1081,7 @@ class Coercer:
                 frozenset(),
                 local,
                 True,
-                ((subschema, sub_resolver),),
+                ((subschema,), resolver),
             )
             if isinstance(element, list) or self._check(element, subschema, sub_resolver) is not True:
                 return value
