@@ -2,10 +2,47 @@
 
 LLMs usually fill tool parameters with the right *meaning* but the wrong JSON
 *type*: ``{"lat": "35.6897"}`` where the capability's input schema wants a
-number, ``"TRUE"`` for a boolean, ``'["a", "b"]'`` for an array, ``"celsius"``
+number, ``"TRUE"`` for a boolean, ``"['a', 'b']"`` for an array, ``"celsius"``
 for an enum member spelled ``"Celsius"``.  Sending such a call to a tool wastes
 an attempt (and usually an LLM repair round-trip), so before every tool call
 the parameters are coerced to the capability's input JSON Schema.
+
+The rules, each reported as a :class:`CoercionChange` whose ``rule`` is the
+name in brackets:
+
+* numeric text to a number or integer (``string->number``,
+  ``string->integer``): ASCII decimal notation only, integers exact at any
+  size, ``"5.0"`` is the integer 5 but ``"5.5"`` is never rounded;
+* ``true/false/yes/no/1/0`` text to a boolean (``string->boolean``);
+* JSON text of an object or array (``json-string->object``,
+  ``json-string->array``) and **Python-literal** text of one
+  (``python-literal->object``, ``python-literal->array``): ``"['I', 'V']"``,
+  ``"{'math': 90, 'done': True}"``, ``"(1, 2)"`` for an array.  Python text
+  is read with :func:`ast.literal_eval` (never ``eval``) after a token scan
+  that bounds its size and nesting and admits only what JSON can say:
+  decimal numbers, strings (no bytes, no implicit concatenation such as
+  ``'a' 'b'``), ``True``/``False``/``None``, lists, tuples (read as
+  arrays) and dicts with string keys;
+* a number to a string where the schema wants a string and no kind of
+  number (``number->string``): ``42`` -> ``"42"``, ``2.5`` -> ``"2.5"``
+  (floats as :func:`repr` writes them, ints in full);
+* an integer-valued float to a Python ``int`` wherever the schema says
+  ``integer`` (``number->integer``): ``4.0`` -> ``4`` at any depth, in a
+  ``["integer", "null"]`` type list or an ``anyOf``/``oneOf`` branch (only
+  when the branch that the value satisfies first is the integer one);
+  ``4.5`` stays;
+* a single value where the schema wants an array of such values
+  (``scalar->array``): ``"flour"`` -> ``["flour"]``, when the item schema
+  accepts the value (after its own coercion) and nothing else in the schema
+  could take the value as it is.  Text that looks like a list attempt
+  (starting with a bracket, or holding ``,``, ``;`` or a line break) is not
+  wrapped: ``"C, E, G"`` is one item or three, and guessing is layer 3's job;
+* ``null`` for an optional property (``optional-null->removed``): the key
+  is dropped, which is what the caller meant.  Only for a property declared
+  in ``properties`` that no schema at that place lists as ``required`` and
+  whose schema rejects null.  The change's ``new`` is :data:`REMOVED`;
+* an enum/const near miss to the one member it spells (``enum-case``,
+  ``const-case``, ``enum-string->number`` ...).
 
 The coercer is deliberately conservative, because a wrong guess is worse than
 a validation error that layer 3 can report:
@@ -13,9 +50,16 @@ a validation error that layer 3 can report:
 * it never loses information (no rounding, no NaN/Infinity from text, no
   locale guessing such as ``"1,234"``, no float underflow to ``0.0``);
 * it never invents data (missing fields stay missing, defaults are not filled,
-  ``True`` never becomes ``1``);
+  ``True`` never becomes ``1``, and a boolean is not turned into text: for a
+  string parameter ``true`` could mean ``"true"``, ``"True"``, ``"yes"`` or a
+  misplaced flag);
 * a value that already validates is returned as the very same object with no
-  changes, and coercion is idempotent;
+  changes -- with one exception: integer-valued floats where the schema says
+  ``integer``.  JSON Schema (draft 6 on) counts ``4.0`` as an integer, but
+  Python tools, strict pydantic models and Go's ``encoding/json`` reject or
+  mistype it, so ``4.0`` becomes ``4``: the same JSON number, only its Python
+  representation changes, and the result is still valid;
+* coercion is idempotent;
 * a value it cannot fix is left exactly as it was so that validation reports
   the original problem.
 
@@ -34,15 +78,21 @@ The schema is walked the way a validator walks it: ``$ref`` (resolved with
 ``["number", "null"]``), ``enum`` and ``const``.  ``$dynamicRef``,
 ``$recursiveRef``, ``if``/``then``/``else``, ``dependentSchemas``, ``not``,
 ``contains`` and the ``unevaluated*`` keywords are not followed; values under
-them are left as they are (and then validated as usual).
+them are left as they are (and then validated as usual).  ``required`` is
+gathered from every schema that applies at a place (including ``allOf``,
+``anyOf``, ``oneOf``, ``if``/``then``/``else`` and the dependency keywords)
+before an optional ``null`` is dropped.
 """
 
 from __future__ import annotations
 
+import ast
+import io
 import json
 import math
 import re
-from collections.abc import Mapping
+import tokenize
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -60,10 +110,15 @@ if TYPE_CHECKING:
     from referencing._core import Resolver
 
     _Resolver = Resolver[referencing.jsonschema.Schema]
+    # The schemas a value position was entered with, and the resolver they
+    # were reached from.
+    _Position = tuple[Sequence[Any], _Resolver]
 
 __all__ = [
     "MAX_DEPTH",
+    "MAX_LITERAL_CHARS",
     "MAX_SCHEMA_HOPS",
+    "REMOVED",
     "Coercer",
     "CoercionChange",
     "CoercionResult",
@@ -83,6 +138,33 @@ MAX_DEPTH: Final = 100
 #: (``{"allOf": [{"$ref": "#"}]}``) are caught by a visited set already; this
 #: bounds long, non-cyclic chains of applicators.
 MAX_SCHEMA_HOPS: Final = 32
+
+#: Longest Python-literal text that is decoded (after trimming).  The token
+#: scan that guards :func:`ast.literal_eval` is pure Python, so this bounds the
+#: CPU a hostile string can cost (about 10 ms at the limit); a tool parameter
+#: written as a Python list is never this long in practice.  Its nesting is
+#: bounded by :data:`MAX_DEPTH`, well below the parser's own limit.
+MAX_LITERAL_CHARS: Final = 10_000
+
+
+class _Removed(str):
+    """Type of :data:`REMOVED`: a ``str`` so that run results stay JSON."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<removed>"
+
+    def __reduce__(self) -> str:
+        # pickle and copy hand back the module's singleton, so `is REMOVED` survives
+        return "REMOVED"
+
+
+#: The ``new`` of a change that dropped an optional ``null`` member
+#: (rule ``optional-null->removed``).  It is the string ``"<removed>"`` (so a
+#: change still serializes as JSON in run results and logs) and a singleton:
+#: test ``change.new is REMOVED`` rather than comparing text.
+REMOVED: Final = _Removed("<removed>")
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -106,6 +188,24 @@ _BOOLEAN_WORDS: Final[Mapping[str, bool]] = {
     "0": False,
 }
 
+# Backslash escapes in Python string tokens.  Python warns about unknown ones
+# such as "\d" (SyntaxWarning from 3.12), and a warning cannot be silenced
+# thread-safely, so such text is refused before it is compiled.
+_ESCAPE = re.compile(r"\\(.)", re.DOTALL)
+_VALID_ESCAPES: Final = frozenset("\n\\'\"abfnrtv01234567xNuU")
+
+# Tokens a Python literal of JSON values consists of.
+_ATOMS: Final = frozenset({str, int, bool, type(None)})
+_LITERAL_NAMES: Final = frozenset({"True", "False", "None"})
+_LITERAL_OPERATORS: Final = frozenset({",", ":", "-", "+"})
+_OPENERS: Final = frozenset({"[", "(", "{"})
+_CLOSERS: Final = frozenset({"]", ")", "}"})
+_IGNORED_TOKENS: Final = frozenset({tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.ENDMARKER})
+
+# Text that is not wrapped into a one-element array: it may be an attempt at
+# several items ("C, E, G", "a; b", one per line) or at an encoded list.
+_LIST_LIKE = re.compile(r"[,;\n]|^\s*[\[({]")
+
 # Errors that mean "this validator could not decide", not "invalid": a value
 # too deep for jsonschema's recursive validation, a $ref that points nowhere,
 # a pattern Python's re cannot compile.
@@ -121,6 +221,8 @@ class CoercionChange:
     that path immediately before and after *this* rule, so a JSON string that
     is decoded into an array is reported once with the decoded array as
     ``new`` and then once more for each element that was coerced further.
+    A member that was dropped (rule ``optional-null->removed``) has ``new``
+    set to :data:`REMOVED`.
     """
 
     path: str
@@ -142,7 +244,8 @@ class CoercionResult:
     value: Any
     changes: list[CoercionChange]
     # True when the input was checked and found valid as it was: a caller that validates
-    # next (the executor's pre-flight check) can skip that second, identical check.
+    # next (the executor's pre-flight check) can skip that second, identical check.  The
+    # returned value is then valid too (at most, integer-valued floats were made ints).
     known_valid: bool = False
 
     @property
@@ -172,9 +275,9 @@ class Coercer:
 
     Instances are safe to share between threads and tasks: a call keeps all
     its state on the stack; the only instance state written after ``__init__``
-    is the two caches, and a lost race there merely builds the same entry
-    twice.  The schema must not be mutated after the Coercer is created
-    (caches are keyed by the identity of its sub-schemas).
+    is the caches, and a lost race there merely builds the same entry twice.
+    The schema must not be mutated after the Coercer is created (caches are
+    keyed by the identity of its sub-schemas).
     """
 
     def __init__(
@@ -218,10 +321,17 @@ class Coercer:
         self._prefix_items = "prefixItems" in keywords
         # Up to draft 7, $ref makes a schema ignore its sibling keywords.
         self._ref_siblings = "$dynamicRef" in keywords or "$recursiveRef" in keywords
+        # Whether any schema here says "integer" at all: if not, a valid value
+        # never needs its floats looked at, which keeps the fast path cheap.
+        self._says_integer = _mentions_integer(schema)
+        self._float_integers = self._is_type(1.0, "integer")
+        self._position: _Position = ((schema,), self._resolver)
         self._validators: dict[int, tuple[Any, Validator]] = {}
         if isinstance(schema, Mapping):
             self._validators[id(schema)] = (schema, self._validator)
         self._refs: dict[int, tuple[Any, _Resolver] | None] = {}
+        self._required: dict[int, tuple[Any, frozenset[str]]] = {}
+        self._admits_cache: dict[tuple[int, str], tuple[Any, bool]] = {}
 
     # ------------------------------------------------------------------ API
 
@@ -232,11 +342,27 @@ class Coercer:
         (possible only when called from an already very deep stack), the value
         is returned unchanged for validation to judge.
         """
+        changes: list[CoercionChange]
         if self._check(value, self._schema, self._resolver) is True:
-            return CoercionResult(value, [], known_valid=True)
-        changes: list[CoercionChange] = []
+            if not self._says_integer or not _has_integral_float(value, 0):
+                return CoercionResult(value, [], known_valid=True)
+            changes = []
+            try:
+                new = self._integers(value, self._schema, self._resolver, "$", 0, frozenset(), changes)
+            except RecursionError:
+                return CoercionResult(value, [], known_valid=True)
+            # From draft 6 on, 4 and 4.0 are the same to every keyword; drafts 3
+            # and 4 tell them apart (`not: {type: integer}`), so check again there.
+            if not changes or (
+                not self._float_integers and self._check(new, self._schema, self._resolver) is not True
+            ):
+                return CoercionResult(value, [], known_valid=True)
+            return CoercionResult(new, changes, known_valid=True)
+        changes = []
         try:
-            new = self._walk(value, self._schema, self._resolver, "$", 0, frozenset(), changes)
+            new = self._walk(
+                value, self._schema, self._resolver, "$", 0, frozenset(), changes, True, self._position
+            )
         except RecursionError:
             return CoercionResult(value, [])
         if not changes:
@@ -310,6 +436,8 @@ class Coercer:
         depth: int,
         seen: frozenset[int],
         changes: list[CoercionChange],
+        loose: bool,
+        position: _Position,
     ) -> Any:
         """Coerce ``value`` at ``path`` to ``schema``, appending to ``changes``.
 
@@ -318,15 +446,24 @@ class Coercer:
         possible.  ``seen`` holds the schema nodes already entered for this
         value position; it stops $ref cycles that never descend into the
         value and is reset whenever the walk moves to a child value.
+
+        ``loose`` allows the two rules that turn a value into a more accepting
+        type (a number into text, a value into an array of one); an anyOf or
+        oneOf turns it off while it looks for a branch that fits the value
+        without them.  ``position`` holds every schema the walk entered this
+        value position with (and the resolver they were reached from), where
+        ``required`` is looked up before an optional null is dropped.
         """
         if not isinstance(schema, Mapping) or depth > MAX_DEPTH:
             return value
         key = id(schema)
         if key in seen or len(seen) >= MAX_SCHEMA_HOPS:
             return value
-        seen = seen | {key}
         if self._check(value, schema, resolver) is True:
+            if self._says_integer and _has_integral_float(value, depth):
+                return self._integers(value, schema, resolver, path, depth, seen, changes)
             return value
+        seen = seen | {key}
         start = len(changes)
         current = value
 
@@ -335,7 +472,9 @@ class Coercer:
             target = self._lookup(schema, ref, resolver)
             if target is not None:
                 contents, target_resolver = target
-                current = self._walk(current, contents, target_resolver, path, depth, seen, changes)
+                current = self._walk(
+                    current, contents, target_resolver, path, depth, seen, changes, loose, position
+                )
             if not self._ref_siblings:
                 return self._settle(value, current, changes, start)
 
@@ -343,17 +482,27 @@ class Coercer:
         if isinstance(all_of, list):
             for branch in all_of:
                 current = self._walk(
-                    current, branch, self._enter(branch, resolver), path, depth, seen, changes
+                    current,
+                    branch,
+                    self._enter(branch, resolver),
+                    path,
+                    depth,
+                    seen,
+                    changes,
+                    loose,
+                    position,
                 )
 
-        current = self._coerce_type(current, schema, path, changes)
+        current = self._coerce_type(current, schema, path, changes, loose)
+        if loose and not isinstance(current, list) and self._may_wrap(current, schema):
+            current = self._wrap(current, schema, resolver, path, depth, changes)
         if "enum" in schema and isinstance(schema["enum"], list):
             current = self._coerce_enum(current, schema["enum"], schema, "enum", path, changes)
         if "const" in schema:
             current = self._coerce_enum(current, [schema["const"]], schema, "const", path, changes)
 
         if isinstance(current, dict):
-            current = self._walk_object(current, schema, resolver, path, depth, changes)
+            current = self._walk_object(current, schema, resolver, path, depth, changes, position)
         elif isinstance(current, list):
             current = self._walk_array(current, schema, resolver, path, depth, changes)
 
@@ -361,7 +510,16 @@ class Coercer:
             branches = schema.get(keyword)
             if isinstance(branches, list) and branches:
                 current = self._choose_branch(
-                    current, branches, keyword == "oneOf", resolver, path, depth, seen, changes
+                    current,
+                    branches,
+                    keyword == "oneOf",
+                    resolver,
+                    path,
+                    depth,
+                    seen,
+                    changes,
+                    loose,
+                    position,
                 )
 
         return self._settle(value, current, changes, start)
@@ -389,18 +547,27 @@ class Coercer:
         depth: int,
         seen: frozenset[int],
         changes: list[CoercionChange],
+        loose: bool,
+        position: _Position,
     ) -> Any:
         """anyOf/oneOf: keep the first branch whose coerced value validates.
 
         If the value already satisfies some branch (or that cannot be
         decided), it is left alone: coercing it towards an earlier branch
-        would change a value the schema accepts.  If no branch accepts its
-        coerced value, nothing is changed; a half-coerced value matching no
-        branch would only make the validation error harder to read.  For
-        oneOf (``exclusive``) a candidate that also satisfies another branch
-        is skipped too, since it would still fail the oneOf; for the same
-        reason a value that already satisfies two or more oneOf branches is
-        not "already valid".
+        would change a value the schema accepts (its integer-valued floats
+        are still made ints if that first satisfied branch says integer).  If
+        no branch accepts its coerced value, nothing is changed; a
+        half-coerced value matching no branch would only make the validation
+        error harder to read.  For oneOf (``exclusive``) a candidate that
+        also satisfies another branch is skipped too, since it would still
+        fail the oneOf; for the same reason a value that already satisfies
+        two or more oneOf branches is not "already valid".
+
+        Branches are first tried without the loosening rules; only if none
+        fits that way may a branch turn a number into text or a value into an
+        array, and then only if no other branch could take a value of that
+        JSON type (``42`` for ``anyOf [{"type": "integer", "maximum": 10},
+        {"type": "string"}]`` is an out-of-range integer, not a string).
         """
         entered = [(branch, self._enter(branch, resolver)) for branch in branches]
         verdicts = [self._check(value, branch, r) for branch, r in entered]
@@ -409,21 +576,82 @@ class Coercer:
         # A value matching two oneOf branches fails the oneOf, so only there
         # is a value that already satisfies a branch worth coercing further.
         if (verdicts.count(True) == 1) if exclusive else (True in verdicts):
+            if self._says_integer and _has_integral_float(value, depth):
+                branch, branch_resolver = entered[verdicts.index(True)]
+                return self._integers(value, branch, branch_resolver, path, depth, seen, changes)
             return value
-        for index, (branch, branch_resolver) in enumerate(entered):
-            local: list[CoercionChange] = []
-            candidate = self._walk(value, branch, branch_resolver, path, depth, seen, local)
-            if candidate is value or self._check(candidate, branch, branch_resolver) is not True:
-                continue
-            if exclusive and any(
-                self._check(candidate, other, other_resolver) is not False
-                for other_index, (other, other_resolver) in enumerate(entered)
-                if other_index != index
-            ):
-                continue
-            changes.extend(local)
-            return candidate
+        passes = [False, True] if loose else [False]
+        kind = _json_type(value)
+        for loosened in passes:
+            for index, (branch, branch_resolver) in enumerate(entered):
+                if loosened and any(
+                    self._admits(kind, other, other_resolver, frozenset())
+                    for other_index, (other, other_resolver) in enumerate(entered)
+                    if other_index != index
+                ):
+                    continue
+                local: list[CoercionChange] = []
+                candidate = self._walk(
+                    value, branch, branch_resolver, path, depth, seen, local, loosened, position
+                )
+                if candidate is value or self._check(candidate, branch, branch_resolver) is not True:
+                    continue
+                if exclusive and any(
+                    self._check(candidate, other, other_resolver) is not False
+                    for other_index, (other, other_resolver) in enumerate(entered)
+                    if other_index != index
+                ):
+                    continue
+                changes.extend(local)
+                return candidate
         return value
+
+    @staticmethod
+    def _object_keywords(schema: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any], Any]:
+        """``properties``, ``patternProperties`` (empty if absent) and ``additionalProperties``."""
+        properties = schema.get("properties")
+        patterns = schema.get("patternProperties")
+        return (
+            properties if isinstance(properties, Mapping) else {},
+            patterns if isinstance(patterns, Mapping) else {},
+            schema.get("additionalProperties"),
+        )
+
+    @staticmethod
+    def _member_schemas(
+        keywords: tuple[Mapping[str, Any], Mapping[str, Any], Any], name: Any
+    ) -> list[Any]:
+        """The sub-schemas that apply to member ``name`` (see :meth:`_object_keywords`)."""
+        properties, patterns, additional = keywords
+        subschemas: list[Any] = []
+        if name in properties:
+            subschemas.append(properties[name])
+        if patterns and isinstance(name, str):
+            for pattern, subschema in patterns.items():
+                try:
+                    if re.search(pattern, name):
+                        subschemas.append(subschema)
+                except re.error:
+                    continue
+        if not subschemas and isinstance(additional, Mapping):
+            subschemas.append(additional)
+        return subschemas
+
+    def _item_schema(self, schema: Mapping[str, Any], index: int) -> Any:
+        """The sub-schema for element ``index`` of an array; None if there is none."""
+        items_keyword = schema.get("items")
+        if self._prefix_items:
+            prefix = schema.get("prefixItems")
+            rest = items_keyword
+        elif isinstance(items_keyword, list):
+            prefix = items_keyword
+            rest = schema.get("additionalItems")
+        else:
+            prefix = None
+            rest = items_keyword
+        if isinstance(prefix, list) and index < len(prefix):
+            return prefix[index]
+        return rest
 
     def _walk_object(
         self,
@@ -433,31 +661,29 @@ class Coercer:
         path: str,
         depth: int,
         changes: list[CoercionChange],
+        position: _Position,
     ) -> dict[Any, Any]:
-        """Coerce each present member; absent members are never created."""
-        properties = schema.get("properties")
-        if not isinstance(properties, Mapping):
-            properties = {}
-        patterns = schema.get("patternProperties")
-        if not isinstance(patterns, Mapping):
-            patterns = {}
-        additional = schema.get("additionalProperties")
+        """Coerce each present member; absent members are never created.
+
+        A ``null`` member is dropped when it is declared in ``properties``,
+        its schema rejects null and it is not required (see the module
+        docstring); a required one stays for validation to report.
+        """
+        keywords = self._object_keywords(schema)
+        properties = keywords[0]
         result: dict[Any, Any] | None = None
         for name, member in obj.items():
-            subschemas: list[Any] = []
-            if name in properties:
-                subschemas.append(properties[name])
-            if isinstance(name, str):
-                for pattern, subschema in patterns.items():
-                    try:
-                        if re.search(pattern, name):
-                            subschemas.append(subschema)
-                    except re.error:
-                        continue
-            if not subschemas and isinstance(additional, Mapping):
-                subschemas.append(additional)
-            current = member
+            subschemas = self._member_schemas(keywords, name)
             child_path = _child_path(path, name)
+            if member is None and name in properties and self._drops_null(
+                name, subschemas, resolver, position
+            ):
+                if result is None:
+                    result = dict(obj)
+                del result[name]
+                changes.append(CoercionChange(child_path, None, REMOVED, "optional-null->removed"))
+                continue
+            current = member
             for subschema in subschemas:
                 current = self._walk(
                     current,
@@ -467,12 +693,23 @@ class Coercer:
                     depth + 1,
                     frozenset(),
                     changes,
+                    True,
+                    (subschemas, resolver),
                 )
             if current is not member:
                 if result is None:
                     result = dict(obj)
                 result[name] = current
         return obj if result is None else result
+
+    def _drops_null(
+        self, name: Any, subschemas: list[Any], resolver: _Resolver, position: _Position
+    ) -> bool:
+        """Whether a null member ``name`` is an optional parameter sent as null."""
+        if not any(self._check(None, s, self._enter(s, resolver)) is False for s in subschemas):
+            return False
+        schemas, base = position
+        return not any(name in self._required_names(s, self._enter(s, base)) for s in schemas)
 
     def _walk_array(
         self,
@@ -484,31 +721,22 @@ class Coercer:
         changes: list[CoercionChange],
     ) -> list[Any]:
         """Coerce each element against its positional or common item schema."""
-        items_keyword = schema.get("items")
-        if self._prefix_items:
-            prefix = schema.get("prefixItems")
-            rest = items_keyword
-        elif isinstance(items_keyword, list):
-            prefix = items_keyword
-            rest = schema.get("additionalItems")
-        else:
-            prefix = None
-            rest = items_keyword
-        if not isinstance(prefix, list):
-            prefix = []
         result: list[Any] | None = None
         for index, element in enumerate(items):
-            subschema = prefix[index] if index < len(prefix) else rest
+            subschema = self._item_schema(schema, index)
             if not isinstance(subschema, Mapping):
                 continue
+            sub_resolver = self._enter(subschema, resolver)
             current = self._walk(
                 element,
                 subschema,
-                self._enter(subschema, resolver),
+                sub_resolver,
                 f"{path}[{index}]",
                 depth + 1,
                 frozenset(),
                 changes,
+                True,
+                ((subschema,), resolver),
             )
             if current is not element:
                 if result is None:
@@ -516,10 +744,235 @@ class Coercer:
                 result[index] = current
         return items if result is None else result
 
+    # ------------------------------------------------ integer-valued floats
+
+    def _integers(
+        self,
+        value: Any,
+        schema: Any,
+        resolver: _Resolver,
+        path: str,
+        depth: int,
+        seen: frozenset[int],
+        changes: list[CoercionChange],
+    ) -> Any:
+        """Make integer-valued floats ints where ``schema`` says integer.
+
+        Only called for a value that is valid against ``schema``, so it
+        follows the schema the way the value satisfies it: ``$ref`` and
+        every ``allOf`` branch, the first ``anyOf``/``oneOf`` branch the value
+        satisfies, and each member or element's own sub-schemas.  Nothing but
+        ``4.0`` -> ``4`` is done here.  Copy-on-write like :meth:`_walk`.
+        """
+        if not isinstance(schema, Mapping) or depth > MAX_DEPTH:
+            return value
+        key = id(schema)
+        if key in seen or len(seen) >= MAX_SCHEMA_HOPS:
+            return value
+        seen = seen | {key}
+        if isinstance(value, float) and value.is_integer() and "integer" in _type_names(schema):
+            new = int(value)
+            changes.append(CoercionChange(path, value, new, "number->integer"))
+            return new
+        current = value
+        ref = schema.get("$ref")
+        if isinstance(ref, str):
+            target = self._lookup(schema, ref, resolver)
+            if target is not None:
+                current = self._integers(current, *target, path, depth, seen, changes)
+            if not self._ref_siblings:
+                return current
+        all_of = schema.get("allOf")
+        if isinstance(all_of, list):
+            for branch in all_of:
+                current = self._integers(
+                    current, branch, self._enter(branch, resolver), path, depth, seen, changes
+                )
+        for keyword in ("anyOf", "oneOf"):
+            branches = schema.get(keyword)
+            if not isinstance(branches, list):
+                continue
+            for branch in branches:
+                branch_resolver = self._enter(branch, resolver)
+                verdict = self._check(current, branch, branch_resolver)
+                if verdict is None:
+                    break
+                if verdict:
+                    current = self._integers(
+                        current, branch, branch_resolver, path, depth, seen, changes
+                    )
+                    break
+        if isinstance(current, dict):
+            keywords = self._object_keywords(schema)
+            result: Any = None
+            for name, member in current.items():
+                if not _has_integral_float(member, depth + 1):
+                    continue
+                new_member = member
+                for subschema in self._member_schemas(keywords, name):
+                    new_member = self._integers(
+                        new_member,
+                        subschema,
+                        self._enter(subschema, resolver),
+                        _child_path(path, name),
+                        depth + 1,
+                        frozenset(),
+                        changes,
+                    )
+                if new_member is not member:
+                    if result is None:
+                        result = dict(current)
+                    result[name] = new_member
+            return current if result is None else result
+        if isinstance(current, list):
+            elements: Any = None
+            for index, element in enumerate(current):
+                subschema = self._item_schema(schema, index)
+                if not isinstance(subschema, Mapping) or not _has_integral_float(element, depth + 1):
+                    continue
+                new_element = self._integers(
+                    element,
+                    subschema,
+                    self._enter(subschema, resolver),
+                    f"{path}[{index}]",
+                    depth + 1,
+                    frozenset(),
+                    changes,
+                )
+                if new_element is not element:
+                    if elements is None:
+                        elements = list(current)
+                    elements[index] = new_element
+            return current if elements is None else elements
+        return current
+
+    # ------------------------------------------------- schema look-ups
+
+    def _required_names(self, schema: Any, resolver: _Resolver) -> frozenset[str]:
+        """Every property name required by ``schema`` or anything applied with it.
+
+        Gathered through ``$ref``, ``allOf``/``anyOf``/``oneOf``,
+        ``if``/``then``/``else``, ``dependentRequired``, ``dependencies`` and
+        ``dependentSchemas`` (and draft 3's ``"required": true`` inside a
+        property), so that a null is dropped only when nothing could require
+        it.  Erring towards "required" keeps a null, which is safe.
+        """
+        if not isinstance(schema, Mapping):
+            return frozenset()
+        entry = self._required.get(id(schema))
+        if entry is not None and entry[0] is schema:
+            return entry[1]
+        names: set[str] = set()
+        self._collect_required(schema, resolver, names, set())
+        result = frozenset(names)
+        self._required[id(schema)] = (schema, result)
+        return result
+
+    def _collect_required(
+        self, schema: Any, resolver: _Resolver, names: set[str], visited: set[int]
+    ) -> None:
+        """Add to ``names`` what :meth:`_required_names` describes (each node once)."""
+        if not isinstance(schema, Mapping) or id(schema) in visited:
+            return
+        visited.add(id(schema))
+        required = schema.get("required")
+        if isinstance(required, list):
+            names.update(n for n in required if isinstance(n, str))
+        properties = schema.get("properties")
+        if isinstance(properties, Mapping):
+            names.update(
+                name
+                for name, sub in properties.items()
+                if isinstance(name, str) and isinstance(sub, Mapping) and sub.get("required") is True
+            )
+        ref = schema.get("$ref")
+        if isinstance(ref, str):
+            target = self._lookup(schema, ref, resolver)
+            if target is not None:
+                self._collect_required(target[0], target[1], names, visited)
+        subschemas: list[Any] = []
+        for keyword in ("allOf", "anyOf", "oneOf"):
+            branches = schema.get(keyword)
+            if isinstance(branches, list):
+                subschemas.extend(branches)
+        subschemas.extend(schema.get(keyword) for keyword in ("if", "then", "else"))
+        for keyword in ("dependentRequired", "dependencies", "dependentSchemas"):
+            dependencies = schema.get(keyword)
+            if not isinstance(dependencies, Mapping):
+                continue
+            for dependency in dependencies.values():
+                if isinstance(dependency, list):
+                    names.update(n for n in dependency if isinstance(n, str))
+                else:
+                    subschemas.append(dependency)
+        for subschema in subschemas:
+            self._collect_required(subschema, self._enter(subschema, resolver), names, visited)
+
+    def _admits(self, kind: str, schema: Any, resolver: _Resolver, visiting: frozenset[int]) -> bool:
+        """Whether ``schema`` could accept some value of JSON type ``kind``.
+
+        Only ``type``, ``enum``/``const`` and the applicators are looked at;
+        anything unknown counts as "could", which is the cautious answer here
+        (it keeps the loosening rules away).  ``"integer"`` admits the kind
+        ``"number"``: a non-integral number for it is a mistake layer 3
+        should report, not a reason to turn the number into text.
+        """
+        if schema is False:
+            return False
+        if not isinstance(schema, Mapping):
+            return True
+        key = (id(schema), kind)
+        cached = self._admits_cache.get(key)
+        if cached is not None and cached[0] is schema:
+            return cached[1]
+        if id(schema) in visiting or len(visiting) >= MAX_SCHEMA_HOPS:
+            return True
+        visiting = visiting | {id(schema)}
+        result = self._admits_here(kind, schema, resolver, visiting)
+        self._admits_cache[key] = (schema, result)
+        return result
+
+    def _admits_here(
+        self, kind: str, schema: Mapping[str, Any], resolver: _Resolver, visiting: frozenset[int]
+    ) -> bool:
+        """:meth:`_admits` for one schema node, without the cache."""
+        types = _type_names(schema)
+        if types and not _kind_in(kind, types):
+            return False
+        enum = schema.get("enum")
+        if isinstance(enum, list) and not any(_kind_in(kind, [_json_type(m)]) for m in enum):
+            return False
+        if "const" in schema and not _kind_in(kind, [_json_type(schema["const"])]):
+            return False
+        ref = schema.get("$ref")
+        if isinstance(ref, str):
+            target = self._lookup(schema, ref, resolver)
+            if target is not None and not self._admits(kind, target[0], target[1], visiting):
+                return False
+            if not self._ref_siblings:
+                return True
+        all_of = schema.get("allOf")
+        if isinstance(all_of, list) and not all(
+            self._admits(kind, b, self._enter(b, resolver), visiting) for b in all_of
+        ):
+            return False
+        for keyword in ("anyOf", "oneOf"):
+            branches = schema.get(keyword)
+            if isinstance(branches, list) and branches and not any(
+                self._admits(kind, b, self._enter(b, resolver), visiting) for b in branches
+            ):
+                return False
+        return True
+
     # ------------------------------------------------------- scalar rules
 
     def _coerce_type(
-        self, value: Any, schema: Mapping[str, Any], path: str, changes: list[CoercionChange]
+        self,
+        value: Any,
+        schema: Mapping[str, Any],
+        path: str,
+        changes: list[CoercionChange],
+        loose: bool,
     ) -> Any:
         """Apply the ``type`` keyword's conversions, if the type is wrong.
 
@@ -530,18 +983,19 @@ class Coercer:
         types = _type_names(schema)
         if not types or "any" in types or any(self._is_type(value, t) for t in types):
             return value
-        converted = self._convert(value, types)
+        converted = self._convert(value, types, loose)
         if converted is None:
             return value
         new, rule = converted
         changes.append(CoercionChange(path, value, new, rule))
         return new
 
-    def _convert(self, value: Any, types: list[str]) -> tuple[Any, str] | None:
+    def _convert(self, value: Any, types: list[str], loose: bool) -> tuple[Any, str] | None:
         """The first lossless conversion of ``value`` to one of ``types``.
 
         Preference order for text: integer, number, boolean, object, array,
-        so ``"1"`` for ``["boolean", "integer"]`` becomes ``1``.
+        so ``"1"`` for ``["boolean", "integer"]`` becomes ``1``.  Booleans are
+        never converted (not to numbers, not to text).
         """
         if isinstance(value, str):
             if "integer" in types:
@@ -556,18 +1010,17 @@ class Coercer:
                 boolean = _parse_boolean(value)
                 if boolean is not None:
                     return boolean, "string->boolean"
-            if "object" in types:
-                obj = _parse_json(value, dict)
-                if obj is not None:
-                    return obj, "json-string->object"
-            if "array" in types:
-                array = _parse_json(value, list)
-                if array is not None:
-                    return array, "json-string->array"
+            for type_name, kind, label in (("object", dict, "object"), ("array", list, "array")):
+                if type_name not in types:
+                    continue
+                decoded = _parse_json(value, kind)
+                if decoded is not None:
+                    return decoded, f"json-string->{label}"
+                decoded = _parse_python(value, kind)
+                if decoded is not None:
+                    return decoded, f"python-literal->{label}"
             return None
         if isinstance(value, bool):
-            if "string" in types:
-                return ("true" if value else "false"), "boolean->string"
             return None
         if isinstance(value, int | float):
             # Only reachable for drafts 3/4, where 5.0 is not an "integer".
@@ -578,11 +1031,63 @@ class Coercer:
                 and value.is_integer()
             ):
                 return int(value), "number->integer"
-            if "string" in types:
+            if loose and "string" in types and not _kind_in("number", types):
                 text = _number_text(value)
                 if text is not None:
                     return text, "number->string"
         return None
+
+    def _may_wrap(self, value: Any, schema: Mapping[str, Any]) -> bool:
+        """Whether ``value`` is a candidate for ``scalar->array`` here.
+
+        The schema must want an array and no other type that could take the
+        value as it is (``4.5`` for ``["array", "integer"]`` is a wrong
+        integer, not a list); null and list-like text are never wrapped.
+        """
+        types = _type_names(schema)
+        if "array" not in types or value is None or _kind_in(_json_type(value), types):
+            return False
+        return not (isinstance(value, str) and _LIST_LIKE.search(value))
+
+    def _wrap(
+        self,
+        value: Any,
+        schema: Mapping[str, Any],
+        resolver: _Resolver,
+        path: str,
+        depth: int,
+        changes: list[CoercionChange],
+    ) -> Any:
+        """``value`` -> ``[value]`` if the first item schema accepts it (coerced).
+
+        The element is coerced on its own first (``"5"`` for an array of
+        integers becomes ``[5]``); if it then does not validate, or would
+        itself need wrapping (a scalar for an array of arrays), nothing is
+        changed.
+        """
+        subschema = self._item_schema(schema, 0)
+        if subschema is False:
+            return value
+        local: list[CoercionChange] = []
+        element = value
+        if isinstance(subschema, Mapping):
+            sub_resolver = self._enter(subschema, resolver)
+            element = self._walk(
+                value,
+                subschema,
+                sub_resolver,
+                f"{path}[0]",
+                depth + 1,
+                frozenset(),
+                local,
+                True,
+                ((subschema,), resolver),
+            )
+            if isinstance(element, list) or self._check(element, subschema, sub_resolver) is not True:
+                return value
+        changes.append(CoercionChange(path, value, [value], "scalar->array"))
+        changes.extend(local)
+        return [element]
 
     def _coerce_enum(
         self,
@@ -644,6 +1149,57 @@ def _type_names(schema: Mapping[str, Any]) -> list[str]:
     if isinstance(types, list):
         return [t for t in types if isinstance(t, str)]
     return []
+
+
+def _kind_in(kind: str, types: list[str]) -> bool:
+    """Whether a value of JSON type ``kind`` fits one of ``types`` by kind.
+
+    ``"integer"`` counts for the kind ``"number"`` whatever the number's
+    value, and ``"any"`` (draft 3) for everything.
+    """
+    return kind in types or "any" in types or (kind == "number" and "integer" in types)
+
+
+def _mentions_integer(schema: Any) -> bool:
+    """Whether ``"integer"`` appears as (or in) a ``type`` anywhere in the schema."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            kind = node.get("type")
+            if kind == "integer" or (isinstance(kind, list) and "integer" in kind):
+                return True
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False
+
+
+def _has_integral_float(value: Any, depth: int) -> bool:
+    """Whether ``value`` holds a float equal to an integer, down to MAX_DEPTH.
+
+    This is the test that keeps the fast path cheap: a valid value without
+    such floats is returned without a second look at the schema.
+    """
+    if isinstance(value, float):
+        return value.is_integer()
+    if depth > MAX_DEPTH:
+        return False
+    if isinstance(value, dict):
+        members: Any = value.values()
+    elif isinstance(value, list):
+        members = value
+    else:
+        return False
+    for member in members:
+        if type(member) in _ATOMS:  # the common case, tested first for speed
+            continue
+        if isinstance(member, float):
+            if member.is_integer():
+                return True
+        elif isinstance(member, dict | list) and _has_integral_float(member, depth + 1):
+            return True
+    return False
 
 
 def _json_type(value: Any) -> str:
@@ -753,6 +1309,111 @@ def _parse_json(text: str, kind: type[dict[Any, Any]] | type[list[Any]]) -> Any:
     except (ValueError, RecursionError):
         return None
     return decoded if isinstance(decoded, kind) else None
+
+
+class _NotJson(Exception):
+    """A decoded Python literal holds something JSON cannot say."""
+
+
+def _parse_python(text: str, kind: type[dict[Any, Any]] | type[list[Any]]) -> Any:
+    """Decode Python-literal text of a dict (or a list/tuple), or None.
+
+    ``"['I', 'V', 'vi']"``, ``"{'math': 90, 'final': True}"`` and ``"(1, 2)"``
+    are what models write when they think in Python.  The text is first
+    scanned token by token (:func:`_plain_literal`) and only then given to
+    :func:`ast.literal_eval`, which evaluates literals and nothing else; the
+    result must be JSON (:func:`_json_from_python`).
+    """
+    stripped = text.strip()
+    if not stripped or len(stripped) > MAX_LITERAL_CHARS:
+        return None
+    if stripped[0] not in ("{" if kind is dict else "[("):
+        return None
+    if not _plain_literal(stripped):
+        return None
+    try:
+        decoded = ast.literal_eval(stripped)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if not isinstance(decoded, dict if kind is dict else list | tuple):
+        return None
+    try:
+        return _json_from_python(decoded)
+    except (_NotJson, RecursionError):
+        return None
+
+
+def _plain_literal(text: str) -> bool:
+    """Whether ``text`` consists only of tokens of a Python literal of JSON values.
+
+    Brackets, ``,`` ``:`` and signs; decimal numbers as :data:`_NUMBER`
+    reads them (no ``0x10``, ``1_000``, ``1j``); ``True``/``False``/``None``;
+    strings without a bytes or f prefix, without unknown escapes and never
+    two in a row (``'a' 'b'`` is implicit concatenation: the model most likely
+    forgot a comma, so its meaning is a guess).  Nesting deeper than
+    :data:`MAX_DEPTH` is refused before the parser sees it.
+    """
+    depth = 0
+    previous_was_string = False
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            kind, string = token.type, token.string
+            if kind in _IGNORED_TOKENS:
+                continue
+            is_string = kind == tokenize.STRING
+            if is_string:
+                if previous_was_string or not _plain_string(string):
+                    return False
+            elif kind == tokenize.OP:
+                if string in _OPENERS:
+                    depth += 1
+                    if depth > MAX_DEPTH:
+                        return False
+                elif string in _CLOSERS:
+                    depth -= 1
+                elif string not in _LITERAL_OPERATORS:
+                    return False
+            elif kind == tokenize.NUMBER:
+                if _split_number(string) is None:
+                    return False
+            elif kind != tokenize.NAME or string not in _LITERAL_NAMES:
+                return False
+            previous_was_string = is_string
+    except (tokenize.TokenError, SyntaxError, ValueError):
+        return False
+    return True
+
+
+def _plain_string(token: str) -> bool:
+    """A string token without a bytes/f prefix and with known escapes only."""
+    quote = min(i for i in (token.find("'"), token.find('"')) if i >= 0)
+    prefix = token[:quote].lower()
+    if "b" in prefix or "f" in prefix:
+        return False
+    if "r" in prefix:
+        return True
+    return all(match.group(1) in _VALID_ESCAPES for match in _ESCAPE.finditer(token, quote))
+
+
+def _json_from_python(value: Any) -> Any:
+    """The JSON value of a decoded Python literal: tuples become lists.
+
+    Raises :class:`_NotJson` for what JSON has no word for: sets, bytes,
+    complex numbers, non-finite floats, non-string keys.
+    """
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _NotJson(repr(value))
+        return value
+    if isinstance(value, list | tuple):
+        return [_json_from_python(v) for v in value]
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise _NotJson("non-string key")
+        return {k: _json_from_python(v) for k, v in value.items()}
+    raise _NotJson(type(value).__name__)
 
 
 def _number_text(value: int | float) -> str | None:

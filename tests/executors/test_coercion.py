@@ -8,9 +8,12 @@ input must come back as the very same object with no changes.
 from __future__ import annotations
 
 import copy
+import json
 import math
+import pickle
 import sys
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import FrozenInstanceError, dataclass, field
 from typing import Any
@@ -20,7 +23,16 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 
-from executors.coercion import MAX_DEPTH, Coercer, CoercionChange, CoercionResult, coerce
+from executors.coercion import (
+    MAX_DEPTH,
+    MAX_LITERAL_CHARS,
+    REMOVED,
+    Coercer,
+    CoercionChange,
+    CoercionResult,
+    coerce,
+)
+from orchestration.result import CoercionRecord
 
 SAME: Any = object()
 
@@ -176,9 +188,16 @@ CASES: list[Case] = [
     integer(True),
     integer(False),
     integer("1,234"),
-    # 5.0 *is* an integer in Draft 2020-12, so a valid value stays as it is ...
-    Case("integer-float-valid-2020", {"type": "integer"}, 5.0),
-    # ... but not in draft 4, where it is converted without loss.
+    # 5.0 *is* an integer in Draft 2020-12, but tools want an int: the one
+    # change made to a valid value (same JSON number, Python int) ...
+    Case(
+        "integer-float-valid-2020",
+        {"type": "integer"},
+        5.0,
+        5,
+        [("$", 5.0, 5, "number->integer")],
+    ),
+    # ... and in draft 4, where it is not an integer, the same conversion.
     Case(
         "integer-float-draft4",
         {"$schema": "http://json-schema.org/draft-04/schema#", "type": "integer"},
@@ -214,20 +233,9 @@ CASES: list[Case] = [
     Case("boolean-keeps-on", {"type": "boolean"}, "on"),
     Case("boolean-keeps-number", {"type": "boolean"}, 1),
     # --- to string --------------------------------------------------------
-    Case(
-        "string-from-true",
-        {"type": "string"},
-        True,
-        "true",
-        [("$", True, "true", "boolean->string")],
-    ),
-    Case(
-        "string-from-false",
-        {"type": "string"},
-        False,
-        "false",
-        [("$", False, "false", "boolean->string")],
-    ),
+    # A boolean for a string is a guess either way ("true"? "True"? "yes"?).
+    Case("string-keeps-true", {"type": "string"}, True),
+    Case("string-keeps-false", {"type": "string"}, False),
     Case("string-from-int", {"type": "string"}, 5, "5", [("$", 5, "5", "number->string")]),
     Case(
         "string-from-float", {"type": "string"}, 2.5, "2.5", [("$", 2.5, "2.5", "number->string")]
@@ -462,13 +470,13 @@ CASES: list[Case] = [
             "prefixItems": [{"type": "number"}, {"type": "boolean"}],
             "items": {"type": "string"},
         },
-        ["1.5", "true", 3, False],
-        [1.5, True, "3", "false"],
+        ["1.5", "true", 3, 4.5],
+        [1.5, True, "3", "4.5"],
         [
             ("$[0]", "1.5", 1.5, "string->number"),
             ("$[1]", "true", True, "string->boolean"),
             ("$[2]", 3, "3", "number->string"),
-            ("$[3]", False, "false", "boolean->string"),
+            ("$[3]", 4.5, "4.5", "number->string"),
         ],
     ),
     Case(
@@ -652,6 +660,441 @@ CASES: list[Case] = [
     # forever), and an undecidable branch might accept the value, so anyOf
     # leaves it alone.
     Case("ref-to-root-cycle", {"anyOf": [{"$ref": "#"}, {"type": "number"}]}, "5"),
+    # --- Python-literal containers ----------------------------------------
+    Case(
+        "py-list-of-strings",
+        {"type": "array", "items": {"type": "string"}},
+        "['I', 'V', 'vi']",
+        ["I", "V", "vi"],
+        [("$", "['I', 'V', 'vi']", ["I", "V", "vi"], "python-literal->array")],
+    ),
+    Case(
+        "py-dict-contents-coerced",
+        {"type": "object", "additionalProperties": {"type": "integer"}},
+        "{'math': 90, 'science': '85'}",
+        {"math": 90, "science": 85},
+        [
+            (
+                "$",
+                "{'math': 90, 'science': '85'}",
+                {"math": 90, "science": "85"},
+                "python-literal->object",
+            ),
+            ("$.science", "85", 85, "string->integer"),
+        ],
+    ),
+    Case(
+        "py-tuple-for-array",
+        {"type": "array", "items": {"type": "integer"}},
+        "(1, 2)",
+        [1, 2],
+        [("$", "(1, 2)", [1, 2], "python-literal->array")],
+    ),
+    Case(
+        "py-one-tuple",
+        {"type": "array"},
+        " ('a',) ",
+        ["a"],
+        [("$", " ('a',) ", ["a"], "python-literal->array")],
+    ),
+    Case(
+        "py-constants-inside",
+        {"type": "array", "items": {"type": ["boolean", "null"]}},
+        "[True, None, False]",
+        [True, None, False],
+        [("$", "[True, None, False]", [True, None, False], "python-literal->array")],
+    ),
+    Case(
+        "py-nested-tuples-become-arrays",
+        {
+            "type": "array",
+            "items": {
+                "type": "array",
+                "prefixItems": [{"type": "integer"}, {"type": "string"}],
+            },
+        },
+        "[(1, 'a'), (2, 'b')]",
+        [[1, "a"], [2, "b"]],
+        [("$", "[(1, 'a'), (2, 'b')]", [[1, "a"], [2, "b"]], "python-literal->array")],
+    ),
+    Case(
+        "py-trailing-comma-and-comment",
+        {"type": "array", "items": {"type": "string"}},
+        "[\n  'a',  # first\n  \"b\",\n]",
+        ["a", "b"],
+        [("$", "[\n  'a',  # first\n  \"b\",\n]", ["a", "b"], "python-literal->array")],
+    ),
+    Case(
+        "py-escapes-and-raw-strings",
+        {"type": "array", "items": {"type": "string"}},
+        r"['it\'s', 'a\tb', r'C:\dir', '\u00e9']",
+        ["it's", "a\tb", "C:\\dir", "é"],
+        [
+            (
+                "$",
+                r"['it\'s', 'a\tb', r'C:\dir', '\u00e9']",
+                ["it's", "a\tb", "C:\\dir", "é"],
+                "python-literal->array",
+            )
+        ],
+    ),
+    Case(
+        "py-integral-floats-then-ints",
+        {"type": "array", "items": {"type": "integer"}},
+        "(1.0, -2.0)",
+        [1, -2],
+        [
+            ("$", "(1.0, -2.0)", [1.0, -2.0], "python-literal->array"),
+            ("$[0]", 1.0, 1, "number->integer"),
+            ("$[1]", -2.0, -2, "number->integer"),
+        ],
+    ),
+    Case(
+        "py-in-property",
+        {"type": "object", "properties": {"notes": {"type": "array", "items": {"type": "string"}}}},
+        {"notes": "['C', 'E', 'G']"},
+        {"notes": ["C", "E", "G"]},
+        [("$.notes", "['C', 'E', 'G']", ["C", "E", "G"], "python-literal->array")],
+    ),
+    Case(
+        "py-in-nullable-anyof",
+        {"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}]},
+        "['x']",
+        ["x"],
+        [("$", "['x']", ["x"], "python-literal->array")],
+    ),
+    Case("py-string-kept-for-string", {"type": "string"}, "['a']"),
+    Case("py-parenthesized-string-is-not-a-tuple", {"type": "array", "items": {"type": "string"}}, "('C')"),
+    Case("py-parenthesized-number-is-not-a-tuple", {"type": "array"}, "(5)"),
+    Case("py-set-for-array", {"type": "array"}, "{1, 2}"),
+    Case("py-set-for-object", {"type": "object"}, "{1, 2}"),
+    Case("py-dict-for-array", {"type": "array"}, "{'a': 1}"),
+    Case("py-list-for-object", {"type": "object"}, "['a']"),
+    Case("py-non-string-key", {"type": "object"}, "{1: 'a'}"),
+    Case("py-bytes", {"type": "array"}, "[b'x']"),
+    Case("py-f-string", {"type": "array"}, "[f'{x}']"),
+    Case("py-complex", {"type": "array"}, "[1j]"),
+    Case("py-complex-sum", {"type": "array"}, "[1+2j]"),
+    Case("py-hex", {"type": "array"}, "[0x10]"),
+    Case("py-underscore-number", {"type": "array"}, "[1_000]"),
+    Case("py-float-call", {"type": "array"}, "[float('nan')]"),
+    Case("py-nan-name", {"type": "array"}, "[nan]"),
+    Case("py-overflow", {"type": "array"}, "(1e999,)"),
+    Case("py-name", {"type": "array"}, "[x]"),
+    Case("py-call", {"type": "array"}, "[__import__('os').getcwd()]"),
+    Case("py-comprehension", {"type": "array"}, "[i for i in (1, 2)]"),
+    Case("py-arithmetic", {"type": "array"}, "[1 + 2]"),
+    Case("py-implicit-concatenation", {"type": "array"}, "['a' 'b']"),
+    Case("py-implicit-concatenation-across-lines", {"type": "array"}, "['a'\n 'b']"),
+    Case("py-unknown-escape", {"type": "array"}, r"['C:\d']"),
+    Case("py-unbalanced", {"type": "array"}, "['a', 'b'"),
+    Case("py-ellipsis", {"type": "array"}, "[...]"),
+    # --- null for an optional property ------------------------------------
+    Case(
+        "null-optional-removed",
+        {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
+            "required": ["city"],
+        },
+        {"city": "Paris", "unit": None},
+        {"city": "Paris"},
+        [("$.unit", None, REMOVED, "optional-null->removed")],
+    ),
+    Case(
+        "null-optional-enum-removed-nested",
+        {
+            "type": "object",
+            "properties": {
+                "filters": {
+                    "type": "object",
+                    "properties": {
+                        "category": {"enum": ["books", "music"]},
+                        "max_price": {"type": "number"},
+                    },
+                }
+            },
+        },
+        {"filters": {"category": None, "max_price": "100"}},
+        {"filters": {"max_price": 100}},
+        [
+            ("$.filters.category", None, REMOVED, "optional-null->removed"),
+            ("$.filters.max_price", "100", 100, "string->number"),
+        ],
+    ),
+    Case(
+        "null-optional-in-anyof-branch",
+        {
+            "anyOf": [
+                {"type": "object", "properties": {"a": {"type": "integer"}}},
+                {"type": "string"},
+            ]
+        },
+        {"a": None},
+        {},
+        [("$.a", None, REMOVED, "optional-null->removed")],
+    ),
+    Case(
+        "null-required-kept",
+        {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        {"city": None},
+    ),
+    Case(
+        "null-required-by-allof-sibling-kept",
+        {"allOf": [{"type": "object", "properties": {"u": {"type": "string"}}}, {"required": ["u"]}]},
+        {"u": None},
+    ),
+    Case(
+        "null-required-by-ref-target-kept",
+        {
+            "$defs": {"q": {"type": "object", "properties": {"u": {"type": "string"}}, "required": ["u"]}},
+            "type": "object",
+            "properties": {"q": {"$ref": "#/$defs/q"}},
+        },
+        {"q": {"u": None}},
+    ),
+    Case(
+        "null-required-in-some-branch-kept",
+        {
+            "anyOf": [
+                {"type": "object", "properties": {"u": {"type": "string"}}, "required": ["u"]},
+                {"type": "object", "properties": {"v": {"type": "string"}}},
+            ]
+        },
+        {"u": None},
+    ),
+    Case(
+        "null-dependent-required-kept",
+        {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
+            "dependentRequired": {"city": ["unit"]},
+        },
+        {"city": "x", "unit": None},
+    ),
+    Case(
+        "null-draft3-required-kept",
+        {
+            "$schema": "http://json-schema.org/draft-03/schema#",
+            "type": "object",
+            "properties": {"u": {"type": "string", "required": True}},
+        },
+        {"u": None},
+    ),
+    Case(
+        "null-allowed-kept",
+        {"type": "object", "properties": {"u": {"type": ["string", "null"]}}},
+        {"u": None},
+    ),
+    Case(
+        "null-undeclared-member-kept",
+        {"type": "object", "additionalProperties": {"type": "string"}},
+        {"u": None},
+    ),
+    Case("null-array-element-kept", {"type": "array", "items": {"type": "string"}}, [None]),
+    Case("null-top-level-kept", {"type": "string"}, None),
+    # --- integer-valued floats for integers -------------------------------
+    Case(
+        "int-float-nested-and-in-arrays",
+        {
+            "type": "object",
+            "properties": {
+                "limit": {"type": "integer"},
+                "page": {"type": "object", "properties": {"size": {"type": "integer"}}},
+                "dims": {"type": "array", "items": {"type": "integer"}},
+                "ratio": {"type": "number"},
+            },
+        },
+        {"limit": 4.0, "page": {"size": 2.0}, "dims": [3.0, 4, 5.0], "ratio": 2.0},
+        {"limit": 4, "page": {"size": 2}, "dims": [3, 4, 5], "ratio": 2.0},
+        [
+            ("$.limit", 4.0, 4, "number->integer"),
+            ("$.page.size", 2.0, 2, "number->integer"),
+            ("$.dims[0]", 3.0, 3, "number->integer"),
+            ("$.dims[2]", 5.0, 5, "number->integer"),
+        ],
+    ),
+    Case(
+        "int-float-nullable-type-list",
+        {"type": ["integer", "null"]},
+        4.0,
+        4,
+        [("$", 4.0, 4, "number->integer")],
+    ),
+    Case(
+        "int-float-anyof-integer-branch",
+        {"anyOf": [{"type": "integer"}, {"type": "string"}]},
+        7.0,
+        7,
+        [("$", 7.0, 7, "number->integer")],
+    ),
+    Case("int-float-anyof-number-branch-first-kept", {"anyOf": [{"type": "number"}, {"type": "integer"}]}, 7.0),
+    Case(
+        "int-float-oneof",
+        {"oneOf": [{"type": "integer", "minimum": 0}, {"type": "string"}]},
+        3.0,
+        3,
+        [("$", 3.0, 3, "number->integer")],
+    ),
+    Case(
+        "int-float-allof-and-ref",
+        {"$defs": {"count": {"type": "integer"}}, "allOf": [{"$ref": "#/$defs/count"}, {"minimum": 1}]},
+        2.0,
+        2,
+        [("$", 2.0, 2, "number->integer")],
+    ),
+    Case(
+        "int-float-draft7",
+        {"$schema": "http://json-schema.org/draft-07/schema#", "type": "integer"},
+        -0.0,
+        0,
+        [("$", -0.0, 0, "number->integer")],
+    ),
+    Case(
+        "int-float-large",
+        {"type": "integer"},
+        1e20,
+        10**20,
+        [("$", 1e20, 10**20, "number->integer")],
+    ),
+    Case(
+        "int-float-beside-a-string-fix",
+        {"type": "object", "properties": {"days": {"type": "integer"}, "limit": {"type": "integer"}}},
+        {"days": "3", "limit": 4.0},
+        {"days": 3, "limit": 4},
+        [("$.days", "3", 3, "string->integer"), ("$.limit", 4.0, 4, "number->integer")],
+    ),
+    Case(
+        "int-float-beside-an-uncoercible-value",
+        {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
+        {"a": 4.0, "b": "x"},
+        {"a": 4, "b": "x"},
+        [("$.a", 4.0, 4, "number->integer")],
+    ),
+    Case("int-float-number-kept", {"type": "number"}, 4.0),
+    Case("int-float-untyped-enum-kept", {"enum": [1, 2, 3]}, 2.0),
+    Case("int-float-any-schema-kept", {}, 4.0),
+    Case("int-float-nonintegral-kept-in-type-list", {"type": ["integer", "null"]}, 4.5),
+    # --- a single value for an array ---------------------------------------
+    Case(
+        "wrap-string",
+        {"type": "array", "items": {"type": "string"}},
+        "flour",
+        ["flour"],
+        [("$", "flour", ["flour"], "scalar->array")],
+    ),
+    Case(
+        "wrap-integer",
+        {"type": "array", "items": {"type": "integer"}},
+        42,
+        [42],
+        [("$", 42, [42], "scalar->array")],
+    ),
+    Case(
+        "wrap-then-coerce-element",
+        {"type": "array", "items": {"type": "integer"}},
+        "5",
+        [5],
+        [("$", "5", ["5"], "scalar->array"), ("$[0]", "5", 5, "string->integer")],
+    ),
+    Case(
+        "wrap-object",
+        {"type": "array", "items": POINT},
+        {"lat": 1, "lon": "2"},
+        [{"lat": 1, "lon": 2}],
+        [
+            ("$", {"lat": 1, "lon": "2"}, [{"lat": 1, "lon": "2"}], "scalar->array"),
+            ("$[0].lon", "2", 2, "string->number"),
+        ],
+    ),
+    Case(
+        "wrap-in-property-nullable",
+        {"type": "object", "properties": {"to": {"type": ["array", "null"], "items": {"type": "string"}}}},
+        {"to": "bob@example.com"},
+        {"to": ["bob@example.com"]},
+        [("$.to", "bob@example.com", ["bob@example.com"], "scalar->array")],
+    ),
+    Case(
+        "wrap-prefix-items",
+        {"type": "array", "prefixItems": [{"type": "integer"}], "items": {"type": "string"}},
+        "3",
+        [3],
+        [("$", "3", ["3"], "scalar->array"), ("$[0]", "3", 3, "string->integer")],
+    ),
+    Case(
+        "wrap-anyof-when-no-branch-takes-scalar",
+        {"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "integer"}]},
+        "a",
+        ["a"],
+        [("$", "a", ["a"], "scalar->array")],
+    ),
+    Case(
+        "wrap-anyof-scalar-branch-wins",
+        {"anyOf": [{"type": "array", "items": {"type": "integer"}}, {"type": "integer"}]},
+        "5",
+        5,
+        [("$", "5", 5, "string->integer")],
+    ),
+    Case(
+        "wrap-not-when-another-branch-takes-strings",
+        {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "array", "items": {"type": "string"}}]},
+        "abcdef",
+    ),
+    Case("wrap-not-comma-list", {"type": "array", "items": {"type": "string"}}, "C, E, G"),
+    Case("wrap-not-semicolon-list", {"type": "array", "items": {"type": "string"}}, "a; b"),
+    Case("wrap-not-lines", {"type": "array", "items": {"type": "string"}}, "a\nb"),
+    Case("wrap-not-broken-json", {"type": "array", "items": {"type": "string"}}, '["a", "b"'),
+    Case("wrap-not-null", {"type": "array", "items": {"type": ["string", "null"]}}, None),
+    Case("wrap-not-item-rejects", {"type": "array", "items": {"type": "integer"}}, "x"),
+    Case("wrap-not-lossy-element", {"type": "array", "items": {"type": "integer"}}, "4.5"),
+    Case("wrap-not-boolean-for-strings", {"type": "array", "items": {"type": "string"}}, True),
+    Case("wrap-not-twice", {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}, 5),
+    Case("wrap-not-items-false", {"type": "array", "items": False}, "a"),
+    Case("wrap-not-number-for-integer-type-list", {"type": ["array", "integer"], "items": {"type": "number"}}, 4.5),
+    # --- numbers for strings -----------------------------------------------
+    Case(
+        "string-from-int-property",
+        {"type": "object", "properties": {"zip": {"type": "string"}}},
+        {"zip": 90210},
+        {"zip": "90210"},
+        [("$.zip", 90210, "90210", "number->string")],
+    ),
+    Case(
+        "string-from-float-keeps-its-spelling",
+        {"type": "string"},
+        1.0,
+        "1.0",
+        [("$", 1.0, "1.0", "number->string")],
+    ),
+    Case(
+        "string-from-negative-int",
+        {"type": "string"},
+        -7,
+        "-7",
+        [("$", -7, "-7", "number->string")],
+    ),
+    Case(
+        "string-from-huge-int",
+        {"type": "string"},
+        12345678901234567890123,
+        "12345678901234567890123",
+        [("$", 12345678901234567890123, "12345678901234567890123", "number->string")],
+    ),
+    Case(
+        "string-from-number-in-nullable-anyof",
+        {"anyOf": [{"type": "string"}, {"type": "null"}]},
+        42,
+        "42",
+        [("$", 42, "42", "number->string")],
+    ),
+    Case("string-not-when-integer-also-allowed", {"type": ["string", "integer"]}, 4.5),
+    Case(
+        "string-not-when-integer-branch-out-of-range",
+        {"anyOf": [{"type": "integer", "maximum": 10}, {"type": "string"}]},
+        42,
+    ),
+    Case("string-not-when-numeric-enum-branch", {"anyOf": [{"enum": [1, 2]}, {"type": "string"}]}, 42),
+    Case("string-keeps-true-in-array", {"type": "array", "items": {"type": "string"}}, [True]),
     # --- valid values and no-ops -------------------------------------------
     Case("valid-object", POINT, {"lat": 1.5, "lon": 2}),
     Case("empty-schema", {}, "anything"),
@@ -730,6 +1173,7 @@ def test_change_and_result_are_frozen() -> None:
 # value could be fixed, the rest is left for validation to report.
 PARTLY_INVALID = {
     "array-items",
+    "int-float-beside-an-uncoercible-value",
     "object-additional-properties-false",
     "object-additional-properties-schema",
     "object-missing-fields-not-created",
@@ -779,10 +1223,10 @@ def test_idempotent_with_contradictory_schema() -> None:
     # Rules from the two branches undo each other on the second pass; the
     # round trip must not be reported.
     coercer = Coercer(
-        {"type": "array", "items": {"allOf": [{"enum": [True, "auto"]}, {"type": "string"}]}}
+        {"type": "array", "items": {"allOf": [{"enum": [1, "auto"]}, {"type": "string"}]}}
     )
-    first = coercer.coerce([True])
-    assert first.value == ["true"]
+    first = coercer.coerce([1])
+    assert first.value == ["1"]
     second = coercer.coerce(first.value)
     assert second.value is first.value
     assert second.changes == []
@@ -884,3 +1328,83 @@ def test_coercer_is_reusable_and_thread_safe() -> None:
             ("$.where.lon", "string->number"),
             ("$.stops[1].lon", "string->number"),
         ]
+
+
+# ------------------------------------------------------- the new rules' edges
+
+
+def test_removed_marker_is_a_json_string_singleton() -> None:
+    result = coerce({"unit": None}, {"type": "object", "properties": {"unit": {"type": "string"}}})
+    change = result.changes[0]
+    assert result.value == {} and change.new is REMOVED
+    assert repr(change) == "CoercionChange(path='$.unit', old=None, new=<removed>, rule='optional-null->removed')"
+    assert json.dumps(change.new) == '"<removed>"'
+    assert copy.deepcopy(change).new is REMOVED
+    assert pickle.loads(pickle.dumps(REMOVED)) is REMOVED
+    # Run results carry changes as CoercionRecord and are dumped to JSON.
+    record = CoercionRecord(path=change.path, old=change.old, new=change.new, rule=change.rule)
+    assert record.model_dump(mode="json")["new"] == "<removed>"
+    assert record.new is REMOVED
+
+
+def test_integral_float_result_is_known_valid_and_equal() -> None:
+    schema = {"type": "object", "properties": {"limit": {"type": "integer"}}}
+    value = {"limit": 4.0}
+    result = Coercer(schema).coerce(value)
+    assert result.known_valid
+    assert result.value == value and result.value is not value
+    assert type(result.value["limit"]) is int
+    assert value == {"limit": 4.0} and type(value["limit"]) is float
+
+
+def test_integral_floats_left_alone_where_no_schema_says_integer() -> None:
+    value = {"ratio": 2.0, "any": [1.0]}
+    schema = {"type": "object", "properties": {"ratio": {"type": "number"}}}
+    result = coerce(value, schema)
+    assert result.value is value and result.changes == [] and result.known_valid
+
+
+def test_draft4_integer_conversion_rechecked_against_not() -> None:
+    # Draft 4 tells 4 from 4.0: here only the float is valid, so it stays.
+    schema = {
+        "$schema": "http://json-schema.org/draft-04/schema#",
+        "type": ["integer", "number"],
+        "not": {"type": "integer"},
+    }
+    assert coerce(4.0, schema).value == 4.0
+    assert coerce(4.0, schema).changes == []
+
+
+def test_python_literal_never_warns() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for text in [r"['\d']", r"['\q', 'a']", "['a' 'b']", "[1 if True else 2]", "[0777]", "[07]"]:
+            assert coerce(text, {"type": "array"}).value == text
+
+
+def test_python_literal_nesting_is_bounded() -> None:
+    schema = {"type": "array"}
+    too_deep = "[" * (MAX_DEPTH + 1) + "'x'" + "]" * (MAX_DEPTH + 1)  # (not JSON)
+    assert coerce(too_deep, schema).value is too_deep
+    hostile = "(" * 100_000
+    assert coerce(hostile, schema).value is hostile
+    deep_ok = "[" * 50 + "'x'" + "]" * 50
+    decoded = coerce(deep_ok, schema).value
+    for _ in range(49):
+        decoded = decoded[0]
+    assert decoded == ["x"]
+
+
+def test_python_literal_size_is_bounded() -> None:
+    schema = {"type": "array", "items": {"type": "string"}}
+    count = (MAX_LITERAL_CHARS - 2) // 5
+    fits = "[" + "'a', " * count + "]"
+    assert len(fits) <= MAX_LITERAL_CHARS
+    assert coerce(fits, schema).value == ["a"] * count
+    too_long = "[" + "'a', " * (count + 1) + "]"
+    assert len(too_long) > MAX_LITERAL_CHARS
+    assert coerce(too_long, schema).value is too_long
+    schema = {"type": "array", "items": {"type": "integer"}}
+    # JSON text has no such bound: it is parsed in C, without a token scan.
+    json_text = "[" + "1, " * 10_000 + "1]"
+    assert coerce(json_text, schema).value == [1] * 10_001

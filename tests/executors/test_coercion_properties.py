@@ -3,20 +3,25 @@
 Schemas are drawn from a small grammar of the shapes tool schemas use
 (scalars, nullable types, enums, objects, arrays, prefixItems, anyOf, oneOf,
 allOf, $ref into $defs, a recursive tree); values are drawn to fit a schema
-and then "LLM-ified" (numbers and booleans written as text, enum members in
-other case, containers JSON-encoded), or drawn as arbitrary JSON.
+and then "LLM-ified" (numbers and booleans written as text, integers as
+floats, enum members in other case, containers JSON-encoded or written as
+Python literals, one-element arrays sent as their element), or drawn as
+arbitrary JSON.
 """
 
 from __future__ import annotations
 
+import ast
 import json
+import math
+from decimal import Decimal
 from typing import Any
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from executors.coercion import Coercer
+from executors.coercion import REMOVED, Coercer, CoercionChange, CoercionResult
 
 SETTINGS = settings(
     max_examples=200,
@@ -153,7 +158,9 @@ def _value_for(schema: Any, root: Any, depth: int = 0) -> st.SearchStrategy[Any]
     if isinstance(kind, list):
         return st.one_of([_value_for({**schema, "type": k}, root, depth) for k in kind])
     if kind == "integer":
-        return st.integers(schema.get("minimum", -(10**20)), 10**20)
+        integers = st.integers(schema.get("minimum", -(10**20)), 10**20)
+        # valid in 2020-12 as they are; coercion makes them ints
+        return integers | integers.filter(lambda i: abs(i) <= 2**53).map(float)
     if kind == "number":
         return st.integers(-1000, 1000) | st.floats(allow_nan=False, allow_infinity=False)
     if kind == "string":
@@ -187,16 +194,39 @@ def _llmify(value: Any) -> st.SearchStrategy[Any]:
         return st.sampled_from([value, "true" if value else "false", "TRUE" if value else " No "])
     if isinstance(value, int | float):
         text = repr(value) if isinstance(value, float) else str(value)
-        return st.sampled_from([value, text, f" {text} "])
+        forms = [value, text, f" {text} "]
+        if isinstance(value, int) and abs(value) <= 2**53:
+            forms.append(float(value))
+        return st.sampled_from(forms)
     if isinstance(value, str):
         return st.sampled_from([value, value.upper(), value.lower(), f" {value}"])
     if isinstance(value, list):
         elements = st.tuples(*[_llmify(v) for v in value]).map(list)
-        return elements | elements.map(json.dumps)
+        garbled = elements | elements.map(json.dumps) | _python_text(value)
+        if len(value) == 1 and _wrappable(value[0]):
+            garbled |= st.just(value[0])  # one item sent without its array
+        return garbled
     if isinstance(value, dict):
         members = st.fixed_dictionaries({k: _llmify(v) for k, v in value.items()})
-        return members | members.map(json.dumps)
+        return members | members.map(json.dumps) | _python_text(value)
     return st.just(value)
+
+
+def _python_text(value: list[Any] | dict[str, Any]) -> st.SearchStrategy[str]:
+    """The container as Python writes it: repr, or a tuple for an array."""
+    forms = [repr(value)]
+    if isinstance(value, list):
+        forms.append(repr(tuple(value)))
+    return st.sampled_from(forms)
+
+
+def _wrappable(element: Any) -> bool:
+    """Elements whose missing array coercion can restore (see the module's scalar->array)."""
+    if element is None or isinstance(element, list):
+        return False
+    if isinstance(element, str):
+        return not any(c in element for c in ",;\n") and not element.lstrip().startswith(("[", "(", "{"))
+    return True
 
 
 def _valid(schema: Any, value: Any) -> bool:
@@ -232,14 +262,37 @@ def test_idempotent(case: tuple[Any, Any]) -> None:
     assert second.value is first.value
 
 
+def _has_integral_float(value: Any) -> bool:
+    if isinstance(value, float):
+        return value.is_integer()
+    if isinstance(value, dict):
+        return any(_has_integral_float(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_integral_float(v) for v in value)
+    return False
+
+
+def _assert_unchanged_but_integral_floats(value: Any, result: CoercionResult) -> None:
+    """A valid value comes back as itself, or JSON-equal with only 4.0 -> 4 changes."""
+    if not _has_integral_float(value):
+        assert result.value is value
+        assert result.changes == []
+        return
+    assert all(c.rule == "number->integer" for c in result.changes), result.changes
+    assert result.value == value  # same JSON numbers (4 == 4.0)
+    assert (result.value is value) == (not result.changes)
+
+
 @SETTINGS
 @given(schema_and_valid_value())
 def test_valid_value_is_returned_unchanged(case: tuple[Any, Any]) -> None:
+    """...except integer-valued floats at integer places, which become ints."""
     schema, value = case
     snapshot = json.dumps(value, sort_keys=True)
     result = Coercer(schema).coerce(value)
-    assert result.value is value
-    assert result.changes == []
+    _assert_unchanged_but_integral_floats(value, result)
+    assert result.known_valid
+    assert _valid(schema, result.value)
     assert json.dumps(value, sort_keys=True) == snapshot
 
 
@@ -252,7 +305,7 @@ def test_input_never_mutated_and_changes_consistent(case: tuple[Any, Any]) -> No
     assert json.dumps(value, sort_keys=True) == snapshot
     assert (result.value is value) == (not result.changes)
     if _valid(schema, value):
-        assert result.value is value
+        _assert_unchanged_but_integral_floats(value, result)
 
 
 @SETTINGS
@@ -263,3 +316,121 @@ def test_garbled_valid_value_coerces_to_valid(case: tuple[Any, Any], data: st.Da
     garbled = data.draw(_llmify(value))
     result = Coercer(schema).coerce(garbled)
     assert _valid(schema, result.value), (garbled, result)
+
+
+# ------------------------------------------------- every change is faithful
+
+_BOOLEAN_WORDS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
+
+def _strict(value: Any) -> Any:
+    """A representation in which True != 1 and 1 != 1.0, tuples are lists."""
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_strict(v) for v in value]
+    return (type(value).__name__, value)
+
+
+def _same_number(text: str, number: Any) -> bool:
+    if isinstance(number, bool) or not isinstance(number, int | float):
+        return False
+    if isinstance(number, float):
+        return math.isfinite(number) and float(text.strip()) == number
+    return Decimal(text.strip()) == number
+
+
+def _faithful(change: CoercionChange) -> bool:
+    """Whether a change is exactly what its rule promises (nothing lost, nothing guessed)."""
+    old, new, rule = change.old, change.new, change.rule
+    if rule == "string->integer":
+        return type(new) is int and Decimal(old.strip()) == new
+    if rule in ("string->number", "enum-string->number", "const-string->number"):
+        return _same_number(old, new)
+    if rule in ("string->boolean", "enum-string->boolean", "const-string->boolean"):
+        return type(new) is bool and _BOOLEAN_WORDS.get(old.strip().casefold()) is new
+    if rule.startswith("json-string->"):
+        return _strict(json.loads(old)) == _strict(new)
+    if rule.startswith("python-literal->"):
+        return _strict(ast.literal_eval(old.strip())) == _strict(new)
+    if rule == "number->integer":
+        return type(old) is float and type(new) is int and old == new
+    if rule in ("number->string", "enum-number->string", "const-number->string"):
+        expected = repr(old) if isinstance(old, float) else str(old)
+        return not isinstance(old, bool) and new.strip() == expected
+    if rule in ("enum-boolean->string", "const-boolean->string"):
+        return type(old) is bool and new.strip().casefold() == ("true" if old else "false")
+    if rule == "scalar->array":
+        return old is not None and not isinstance(old, list) and _strict(new) == _strict([old])
+    if rule == "optional-null->removed":
+        return old is None and new is REMOVED
+    if rule in ("enum-case", "const-case"):
+        return old.strip().casefold() == new.strip().casefold()
+    return False
+
+
+@SETTINGS
+@given(schema_and_any_value())
+def test_every_change_is_what_its_rule_says(case: tuple[Any, Any]) -> None:
+    schema, value = case
+    result = Coercer(schema).coerce(value)
+    for change in result.changes:
+        assert _faithful(change), change
+
+
+# --------------------------------------------------- optional nulls dropped
+
+OPTIONAL_NULL_OBJECTS = st.builds(
+    lambda props, required: {
+        "type": "object",
+        "properties": props,
+        "required": sorted(set(required) & set(props)),
+    },
+    st.dictionaries(st.sampled_from(KEYS), st.sampled_from(LEAVES), min_size=1, max_size=4),
+    st.lists(st.sampled_from(KEYS), max_size=2),
+)
+
+
+@SETTINGS
+@given(OPTIONAL_NULL_OBJECTS, st.data())
+def test_null_for_optional_property_is_dropped_only_where_null_is_invalid(
+    schema: dict[str, Any], data: st.DataObject
+) -> None:
+    value = data.draw(_value_for(schema, schema))
+    assume(_valid(schema, value))
+    nulled = data.draw(st.sets(st.sampled_from(sorted(schema["properties"]))))
+    sent = {**value, **dict.fromkeys(nulled)}
+    result = Coercer(schema).coerce(sent)
+    for name in nulled:
+        optional = name not in schema["required"]
+        null_ok = _valid(schema["properties"][name], None)
+        assert (name in result.value) == (null_ok or not optional), (name, result)
+        if name in result.value:
+            assert result.value[name] is None
+    if all(_valid(schema["properties"][n], None) or n not in schema["required"] for n in nulled):
+        assert _valid(schema, result.value)
+
+
+# ---------------------------------------------------------- hostile text
+
+PYTHONISH = st.text(alphabet="[](){},:'\"\\ -+.0123456789eEjxabTrueFalsNon_#\n\t", max_size=40)
+
+
+@SETTINGS
+@given(
+    st.sampled_from(["[", "(", "{", " ["]).flatmap(lambda head: PYTHONISH.map(lambda tail: head + tail)),
+    st.sampled_from(
+        [
+            {"type": "array"},
+            {"type": "object"},
+            {"type": "array", "items": {"type": "integer"}},
+            {"type": ["array", "object", "null"]},
+        ]
+    ),
+)
+def test_container_text_never_raises_and_decodes_faithfully(text: str, schema: dict[str, Any]) -> None:
+    coercer = Coercer(schema)
+    result = coercer.coerce(text)
+    for change in result.changes:
+        assert _faithful(change), change
+    assert coercer.coerce(result.value).changes == []
