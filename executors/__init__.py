@@ -11,8 +11,8 @@ the fault predicates of :mod:`executors.faults`, the standard layers in
 # ``executors.coercion`` first must not start that composition half-way through this
 # package. Importing ``orchestration`` here makes every import order work.
 import orchestration  # noqa: F401  (isort: the first import, on purpose)
-from executors.coercion import Coercer, CoercionChange, CoercionResult, coerce
+from executors.coercion import REMOVED, Coercer, CoercionChange, CoercionResult, coerce
 from executors.recovery import Decision, GiveUp, RecoveryHandler, StepState
 
-__all__ = ["Coercer", "CoercionChange", "CoercionResult", "Decision", "GiveUp",
+__all__ = ["REMOVED", "Coercer", "CoercionChange", "CoercionResult", "Decision", "GiveUp",
            "RecoveryHandler", "StepState", "coerce"]

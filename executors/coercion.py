@@ -96,20 +96,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-import referencing
 import referencing.exceptions
-import referencing.jsonschema
 from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import UnknownType
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 
-if TYPE_CHECKING:
-    # referencing exposes Resolver objects but exports the class only from
-    # its core module; it is needed for annotations alone.
-    from referencing._core import Resolver
+from orchestration import _schema
 
-    _Resolver = Resolver[referencing.jsonschema.Schema]
+if TYPE_CHECKING:
+    from orchestration._schema import Resolver as _Resolver
+
     # The schemas a value position was entered with, and the resolver they
     # were reached from.
     _Position = tuple[Sequence[Any], _Resolver]
@@ -297,19 +294,8 @@ class Coercer:
         self._schema = schema
         validator_cls: type[Validator] = validator_for(schema, default=Draft202012Validator)
         validator_cls.check_schema(schema)  # type: ignore[arg-type]
-        dialect = schema.get("$schema") if isinstance(schema, Mapping) else None
-        if isinstance(dialect, str):
-            specification = referencing.jsonschema.specification_with(
-                dialect, default=referencing.jsonschema.DRAFT202012
-            )
-        else:
-            specification = referencing.jsonschema.DRAFT202012
-        self._specification = specification
-        resource = specification.create_resource(schema)
-        root_uri = resource.id() or ""
-        registry: referencing.jsonschema.SchemaRegistry = (
-            referencing.Registry().with_resource(root_uri, resource).crawl()
-        )
+        # $refs are resolved the way everything in dagwright resolves them
+        registry, root_uri = _schema.registry_for(schema)
         self._resolver: _Resolver = registry.resolver(base_uri=root_uri)
         self._validator: Validator = validator_cls(
             schema, registry=registry, format_checker=format_checker
@@ -405,11 +391,10 @@ class Coercer:
 
     # ------------------------------------------------------------- walking
 
-    def _enter(self, schema: Any, resolver: _Resolver) -> _Resolver:
+    @staticmethod
+    def _enter(schema: Any, resolver: _Resolver) -> _Resolver:
         """The resolver for a sub-schema, which may set a new base URI ($id)."""
-        if isinstance(schema, Mapping) and self._specification.id_of(schema) is not None:
-            return resolver.in_subresource(self._specification.create_resource(schema))
-        return resolver
+        return _schema.enter(schema, resolver)
 
     def _lookup(
         self, schema: Mapping[str, Any], ref: str, resolver: _Resolver
@@ -418,12 +403,7 @@ class Coercer:
         key = id(schema)
         if key in self._refs:
             return self._refs[key]
-        try:
-            resolved = resolver.lookup(ref)
-        except referencing.exceptions.Unresolvable:
-            target = None
-        else:
-            target = (resolved.contents, resolved.resolver)
+        target = _schema.lookup(ref, resolver)
         self._refs[key] = target
         return target
 

@@ -30,7 +30,7 @@ PACKAGE_API = {
         "http_status_for_category", "validate_plan"
     ],
     "executors": [
-        "Coercer", "CoercionChange", "CoercionResult", "Decision", "GiveUp", "RecoveryHandler",
+        "REMOVED", "Coercer", "CoercionChange", "CoercionResult", "Decision", "GiveUp", "RecoveryHandler",
         "StepState", "coerce"
     ],
     "planners": [
