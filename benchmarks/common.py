@@ -27,7 +27,7 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_REPORT = REPO_ROOT / "docs" / "benchmarks.md"
-SECTION_ORDER = ("scheduler", "http_calls", "recovery", "throughput")
+SECTION_ORDER = ("scheduler", "store", "http_calls", "recovery", "throughput")
 """The order sections appear in the report, whatever order the scripts ran in."""
 
 DEPENDENCIES = (
@@ -49,6 +49,7 @@ Install the extra once, then run any script (each rewrites only its own section 
 ```bash
 pip install -e '.[bench]'
 python -m benchmarks.scheduler     # scheduler overhead, makespan, peak memory
+python -m benchmarks.store         # what recording runs costs per step, by run store
 python -m benchmarks.http_calls    # HTTP tool-call overhead vs bare httpx
 python -m benchmarks.recovery      # recovery ablation of the four defense layers
 python -m benchmarks.throughput    # concurrent runs per second and memory per run

@@ -138,7 +138,7 @@ def make_orchestrator(url: str, concurrency: int, calls: int) -> Orchestrator:
     catalog = Catalog()
     catalog.add_http(tool="fast", capability="call", url=url, method="POST",
                      input_schema=PARAMS_SCHEMA)
-    config = OrchestratorConfig(llm_provider="scripted", synthesis_enabled=False,
+    config = OrchestratorConfig(llm_provider="scripted", synthesis_enabled=False, store_url="memory://",
                                 max_concurrency=concurrency, max_plan_steps=max(calls, 1000),
                                 run_timeout_s=600.0, step_timeout_s=600.0)
     return Orchestrator(catalog, ScriptedLLM([]), config, registry=CollectorRegistry())

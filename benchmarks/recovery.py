@@ -69,7 +69,7 @@ CALL_TIMEOUT_S = 0.02
 
 def base_config(**overrides: Any) -> OrchestratorConfig:
     """Synthesis and replanning off (they are not part of the ablation)."""
-    return OrchestratorConfig(**{"llm_provider": "scripted", "synthesis_enabled": False,
+    return OrchestratorConfig(**{"llm_provider": "scripted", "synthesis_enabled": False, "store_url": "memory://",
                                  "replan_max": 0, **overrides})
 
 

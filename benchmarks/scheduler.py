@@ -63,7 +63,7 @@ def engine_config(max_steps: int) -> OrchestratorConfig:
     return OrchestratorConfig(
         synthesis_enabled=False, max_plan_steps=max(max_steps, 20_000),
         max_concurrency=1_000_000, run_timeout_s=3600.0, step_timeout_s=3600.0,
-        llm_provider="scripted",
+        llm_provider="scripted", store_url="memory://",  # the store is measured on its own
     )
 
 

@@ -94,7 +94,7 @@ def answer(request: LLMRequest) -> str | dict[str, Any]:
 
 
 def make_orchestrator(llm_latency_s: float, tool_ms: tuple[float, float]) -> Orchestrator:
-    config = OrchestratorConfig(llm_provider="scripted", max_llm_calls_per_run=10,
+    config = OrchestratorConfig(llm_provider="scripted", max_llm_calls_per_run=10, store_url="memory://",
                                 run_timeout_s=600.0, step_timeout_s=600.0)
     return Orchestrator(service_catalog(*tool_ms), ScriptedLLM(answer, latency_s=llm_latency_s),
                         config, registry=CollectorRegistry())

@@ -6,7 +6,8 @@ import argparse
 import asyncio
 import json
 import sys
-from typing import Any, TextIO
+from collections.abc import Awaitable, Callable
+from typing import Any, TextIO, TypeVar
 
 from prometheus_client import CollectorRegistry
 
@@ -17,10 +18,12 @@ from orchestration.llm.scripted import ScriptedLLM
 from orchestration.orchestrator import Orchestrator
 from orchestration.plan import ValidatedPlan
 from orchestration.result import RunResult
+from orchestration.store import RunStore
 
 __all__ = ["build_parser", "main", "render_plan", "render_result"]
 
-SYMBOLS = {"succeeded": "✔", "failed": "✘", "skipped": "⊘"}
+T = TypeVar("T")
+SYMBOLS = {"succeeded": "✔", "failed": "✘", "skipped": "⊘", "unknown": "?"}
 
 
 def render_plan(plan: ValidatedPlan, out: TextIO) -> None:
@@ -223,6 +226,95 @@ def cmd_serve_tools(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+# --- run history: runs list / runs show / resume ---------------------------------------
+def _read_store(read: Callable[[RunStore], Awaitable[T]]) -> T:
+    """Read the run store ORCH_STORE_URL names: history needs neither a catalog nor an LLM."""
+    from orchestration.store import open_store
+
+    async def main() -> T:
+        store = open_store(OrchestratorConfig().store_url)
+        await store.open()
+        try:
+            return await read(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(main())
+
+
+def _when(timestamp: float | None) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp)) if timestamp else "-"
+
+
+def cmd_runs_list(args: argparse.Namespace, out: TextIO) -> int:
+    runs = _read_store(lambda store: store.list_runs(status=args.status, limit=args.limit))
+    if args.json:
+        out.write(json.dumps([r.model_dump(mode="json") for r in runs], indent=2) + "\n")
+        return 0
+    if not runs:
+        out.write(f"no runs in {OrchestratorConfig().store_url}\n")
+        return 0
+    for r in runs:
+        steps = ", ".join(f"{n} {status}" for status, n in sorted(r.steps.items())) or "no steps"
+        out.write(f"{r.run_id:34} {r.status:10} {_when(r.started_at)}  {steps}\n"
+                  f"    {r.query[:100]}\n")
+    return 0
+
+
+def cmd_runs_show(args: argparse.Namespace, out: TextIO) -> int:
+    stored = _read_store(lambda store: store.load(args.run_id))
+    result = None if stored is None else stored.state.to_result()
+    if result is None:
+        raise DagwrightError(f"no run {args.run_id!r} in {OrchestratorConfig().store_url}; "
+                             "'dagwright runs list' shows the runs it holds")
+    if args.json:
+        out.write(json.dumps(result.to_dict(), indent=2) + "\n")
+        return 0
+    out.write(f"run {result.run_id}: {result.query}\n")
+    render_result(result, out)
+    if result.error:
+        out.write(f"  error: {result.error}\n")
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
+    if OrchestratorConfig().catalog is None:
+        raise DagwrightError("resuming a run calls its tools: set ORCH_CATALOG to the catalog "
+                             "the run was started with")
+    orch = Orchestrator.from_env()
+    try:
+        result = orch.resume(args.run_id)
+    finally:
+        orch.close()
+    if args.json:
+        out.write(json.dumps(result.to_dict(), indent=2) + "\n")
+    else:
+        out.write(f"run {result.run_id}: {result.query}\n")
+        render_result(result, out)
+    return 0 if result.status == "succeeded" else 1
+
+
+def _add_run_history_commands(sub: Any) -> None:
+    runs = sub.add_parser("runs", help="the run history in the run store (ORCH_STORE_URL)")
+    runs_sub = runs.add_subparsers(dest="runs_command", required=True)
+    listing = runs_sub.add_parser("list", help="recent runs, newest first")
+    listing.add_argument("--status", help="only runs with this status (e.g. failed, running)")
+    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(fn=cmd_runs_list)
+    show = runs_sub.add_parser("show", help="one run: its steps, attempts and answer")
+    show.add_argument("run_id")
+    show.add_argument("--json", action="store_true", help="print the RunResult as JSON")
+    show.set_defaults(fn=cmd_runs_show)
+    resume = sub.add_parser("resume", help="continue a run whose process stopped (needs "
+                            "ORCH_CATALOG); finished steps are not run again")
+    resume.add_argument("run_id")
+    resume.add_argument("--json", action="store_true")
+    resume.set_defaults(fn=cmd_resume)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dagwright", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -258,6 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve-tools", help="serve the demo tools on fixed ports until Ctrl-C")
     serve.add_argument("--port", type=int, default=8700)
     serve.set_defaults(fn=cmd_serve_tools)
+    _add_run_history_commands(sub)
     return parser
 
 

@@ -51,6 +51,15 @@ class RunState(BaseModel):
 
     _outputs: dict[str, Any] = PrivateAttr(default_factory=dict)
 
+    @classmethod
+    def from_stored(cls, record: dict[str, Any], steps: dict[str, StepResult]) -> RunState:
+        """A state from a store's run record and step results (in any order): the steps
+        are put back in the order the record lists (``step_order``), the rest after."""
+        order = [sid for sid in record.get("step_order", []) if sid in steps]
+        ordered = {sid: steps[sid] for sid in order}
+        ordered.update({sid: s for sid, s in steps.items() if sid not in ordered})
+        return cls.model_validate({**record, "steps": ordered})
+
     def model_post_init(self, context: Any, /) -> None:
         """Rebuild the outputs when a state is loaded (they are not stored twice)."""
         self._outputs = {sid: s.output for sid, s in self.steps.items() if s.status == "succeeded"}

@@ -99,8 +99,11 @@ class SaveRun:
 
 @dataclass(frozen=True, slots=True)
 class SaveStep:
+    """A finished step; ``clears_attempts`` when in-flight attempt rows of it exist."""
+
     run_id: str
     result: StepResult
+    clears_attempts: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,8 +83,7 @@ class MemoryStore:
         run = self._runs.get(run_id)
         if run is None:
             return None
-        state = RunState.model_validate({**json.loads(run.record.state_json),
-                                         "steps": dict(run.steps)})
+        state = RunState.from_stored(json.loads(run.record.state_json), dict(run.steps))
         attempts: dict[str, list[Attempt]] = {}
         outputs: dict[tuple[str, int], Any] = {}
         for (step_id, number), (attempt, output) in sorted(run.attempts.items()):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import socket
@@ -79,7 +80,9 @@ def snapshot(state: RunState) -> SaveRun:
     return SaveRun(
         run_id=state.run_id, query=state.query, status=state.status,
         started_at=state.started_at, finished_at=state.finished_at,
-        state_json=state.model_dump_json(exclude={"steps"}), steps=counts, error=state.error,
+        state_json=json.dumps({**state.model_dump(mode="json", exclude={"steps"}),
+                               "step_order": list(state.steps)}),
+        steps=counts, error=state.error,
     )
 
 
@@ -96,6 +99,7 @@ class RunRecorder:
         self._flush_lock = asyncio.Lock()
         self._flusher: asyncio.Task[None] | None = None
         self._renewer: asyncio.Task[None] | None = None
+        self._steps_with_attempts: set[str] = set()
 
     # --- holding the run --------------------------------------------------------------
     async def begin(self, state: RunState) -> None:
@@ -114,6 +118,7 @@ class RunRecorder:
         """Hold a stored run to continue it; :class:`RunLeased` while a live process does."""
         if self.store is None:
             return
+        self._steps_with_attempts.update(stored.attempts)
         now = time.time()
         dead = stored.lease_owner if holder_is_dead(stored.lease_owner) else None
         if not await self.store.acquire(self.run_id, owner=self.owner, now=now,
@@ -152,9 +157,11 @@ class RunRecorder:
         self._buffer(snapshot(state))
 
     def save_step(self, result: StepResult) -> None:
-        self._buffer(SaveStep(self.run_id, result))
+        clears = result.id in self._steps_with_attempts
+        self._buffer(SaveStep(self.run_id, result, clears_attempts=clears))
 
     def save_attempt(self, step_id: str, attempt: Attempt) -> None:
+        self._steps_with_attempts.add(step_id)
         self._buffer(SaveAttempt(self.run_id, step_id, attempt))
 
     def _buffer(self, write: Write) -> None:
@@ -194,6 +201,7 @@ class RunRecorder:
         """Record the outcome of a call with a side effect, durably."""
         if self.store is None:
             return
+        self._steps_with_attempts.add(step_id)
         self._pending.append(SaveAttempt(self.run_id, step_id, attempt, output))
         self._pending.append(CallFinished(self.run_id, step_id, attempt.number))
         await self.flush()

@@ -81,6 +81,19 @@ def masked_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
+def _write_groups(batch: Iterable[Write]) -> list[tuple[str, list[Sequence[Any]]]]:
+    """The SQL of a batch of writes (``?`` placeholders), in order, consecutive runs of the
+    same statement grouped so that each group goes to the database in one
+    ``executemany`` (one round trip per group with psycopg's pipeline mode)."""
+    groups: list[tuple[str, list[Sequence[Any]]]] = []
+    for sql, params in _write_statements(batch):
+        if groups and groups[-1][0] == sql:
+            groups[-1][1].append(params)
+        else:
+            groups.append((sql, [params]))
+    return groups
+
+
 def _write_statements(batch: Iterable[Write]) -> list[Statement]:
     """The SQL of a batch of writes (``?`` placeholders), in order."""
     out: list[Statement] = []
@@ -99,8 +112,9 @@ def _write_statements(batch: Iterable[Write]) -> list[Statement]:
                 "ON CONFLICT (run_id, step_id) DO UPDATE SET status = excluded.status, "
                 "result = excluded.result",
                 (op.run_id, result.id, result.status, result.model_dump_json())))
-            out.append(("DELETE FROM dagwright_attempts WHERE run_id = ? AND step_id = ?",
-                        (op.run_id, result.id)))
+            if op.clears_attempts:
+                out.append(("DELETE FROM dagwright_attempts WHERE run_id = ? AND step_id = ?",
+                            (op.run_id, result.id)))
         elif isinstance(op, SaveAttempt):
             output = None if op.attempt.outcome != "succeeded" else json.dumps(op.output)
             out.append((
@@ -133,6 +147,10 @@ class _SQLStore(ABC):
     @abstractmethod
     async def _transaction(self, statements: list[Statement]) -> list[int]:
         """Run ``statements`` in one transaction; the row count of each."""
+
+    @abstractmethod
+    async def _write_many(self, groups: list[tuple[str, list[Sequence[Any]]]]) -> None:
+        """Run each statement with each of its parameter rows, all in one transaction."""
 
     @abstractmethod
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
@@ -182,7 +200,7 @@ class _SQLStore(ABC):
 
     async def write(self, batch: list[Write]) -> None:
         if batch:
-            await self._transaction(_write_statements(batch))
+            await self._write_many(_write_groups(batch))
 
     async def load(self, run_id: str) -> StoredRun | None:
         rows = await self._fetch(
@@ -193,7 +211,7 @@ class _SQLStore(ABC):
         state_json, owner, until = rows[0]
         steps = {sid: StepResult.model_validate_json(result) for sid, result in await self._fetch(
             "SELECT step_id, result FROM dagwright_steps WHERE run_id = ?", (run_id,))}
-        state = RunState.model_validate({**json.loads(state_json), "steps": steps})
+        state = RunState.from_stored(json.loads(state_json), steps)
         attempts: dict[str, list[Attempt]] = {}
         outputs: dict[tuple[str, int], Any] = {}
         for step_id, number, data, output in await self._fetch(
@@ -304,6 +322,19 @@ class SqliteStore(_SQLStore):
                     conn.execute("ROLLBACK")
                 raise StoreError(f"run store {self.url}: write failed: {exc}") from exc
 
+    def _run_write_many(self, groups: list[tuple[str, list[Sequence[Any]]]]) -> None:
+        with self._lock:
+            conn = self._connection()
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                for sql, rows in groups:
+                    conn.executemany(sql, rows)
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise StoreError(f"run store {self.url}: write failed: {exc}") from exc
+
     def _run_fetch(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         with self._lock:
             try:
@@ -313,6 +344,9 @@ class SqliteStore(_SQLStore):
 
     async def _transaction(self, statements: list[Statement]) -> list[int]:
         return await asyncio.to_thread(self._run_transaction, statements)
+
+    async def _write_many(self, groups: list[tuple[str, list[Sequence[Any]]]]) -> None:
+        await asyncio.to_thread(self._run_write_many, groups)
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return await asyncio.to_thread(self._run_fetch, sql, params)
@@ -373,6 +407,18 @@ class PostgresStore(_SQLStore):
                         cursor = await conn.execute(self._pg(sql), params)
                         counts.append(cursor.rowcount)
                     return counts
+            except psycopg.Error as exc:
+                raise StoreError(f"run store {self.url}: write failed: {exc}") from exc
+
+    async def _write_many(self, groups: list[tuple[str, list[Sequence[Any]]]]) -> None:
+        import psycopg
+
+        conn, lock = await self._connection()
+        async with lock:
+            try:
+                async with conn.transaction(), conn.cursor() as cursor:
+                    for sql, rows in groups:
+                        await cursor.executemany(self._pg(sql), rows)
             except psycopg.Error as exc:
                 raise StoreError(f"run store {self.url}: write failed: {exc}") from exc
 

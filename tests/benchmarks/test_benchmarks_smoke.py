@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import common, http_calls, recovery, scheduler, throughput
+from benchmarks import common, http_calls, recovery, scheduler, store, throughput
 
 
 def section(report: Path, name: str) -> str:
@@ -98,3 +98,14 @@ def test_throughput_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     body = section(report, "throughput")
     assert_preamble(body, "throughput")
     assert re.search(r"\| 3 \| [\d.]+ \| [\d.,]+ \|", body)
+
+
+def test_store_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "bench.md"
+    argv = ["--steps", "30", "--repeats", "1", "--no-postgres", "--report", str(report)]
+    assert store.main(argv) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"idempotent steps, 30 steps: memory [\d.]+ ms, sqlite [\d.]+ ms \([+-][\d.]+ µs/step\)", out)
+    body = section(report, "store")
+    assert_preamble(body, "store")
+    assert "| side-effect steps | sqlite |" in body

@@ -30,6 +30,7 @@ from orchestration import (
     ScriptedLLM,
 )
 from orchestration.errors import RunLeased, RunNotFound, StoreError
+from orchestration.store import MemoryStore
 from tests import ROOT
 from tests.support.side_effects import SideEffectTools, side_effect_tools
 
@@ -246,22 +247,48 @@ def test_an_unknown_store_url_names_the_setting(tools: SideEffectTools, url: str
         _orchestrator(tools, url)
 
 
-def test_a_store_that_fails_mid_run_raises_with_the_result(tools: SideEffectTools,
-                                                            tmp_path: Path) -> None:
-    path = tmp_path / "runs.db"
-    orch = _orchestrator(tools, f"sqlite:///{path}")
-    orch.run(QUERY, plan=pay_plan("pay"), run_id="ok")  # creates the file
-    os.chmod(path, 0o444)
-    os.chmod(tmp_path, 0o555)
-    try:
-        if os.access(path, os.W_OK):
-            pytest.skip("running as a user that can write read-only files (root)")
-        with pytest.raises(StoreError) as caught:
-            orch.run(QUERY, plan=pay_plan("pay"), run_id="lost")
-        assert caught.value.result is None or caught.value.result.run_id == "lost"
-    finally:
-        os.chmod(tmp_path, 0o755)
-        os.chmod(path, 0o644)
+class FailingStore(MemoryStore):
+    """A store whose writes start failing on demand (a disk that fills up mid-run)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing = False
+
+    async def write(self, batch: list[Any]) -> None:
+        if self.failing:
+            raise StoreError("run store memory://: write failed: database or disk is full")
+        await super().write(batch)
+
+
+def test_a_store_that_fails_mid_run_never_sends_an_unrecorded_side_effect(
+    tools: SideEffectTools,
+) -> None:
+    store = FailingStore()
+    cfg = OrchestratorConfig(synthesis_enabled=False)
+    orch = Orchestrator(catalog=_catalog(tools), llm=ScriptedLLM(["unused"]), config=cfg,
+                        store=store)
+    real_quote = tools.handle
+
+    def quote_then_fill_the_disk(method: str, path: str, body: dict[str, Any],
+                                 key: str | None) -> tuple[int, dict[str, Any]]:
+        answer = real_quote(method, path, body, key)
+        if path == "/quote":
+            store.failing = True  # the disk fills while the quote is answered
+        return answer
+
+    tools.handle = quote_then_fill_the_disk  # type: ignore[method-assign]
+    with pytest.raises(StoreError, match="disk is full") as caught:
+        orch.run(QUERY, plan=pay_plan("pay"), run_id="full-disk")
+
+    # the payment was not sent: its marker could not be written first
+    assert tools.executed == {"/quote": 1}
+    result = caught.value.result
+    assert result is not None and result.run_id == "full-disk"
+    pay = result.steps["pay"]
+    assert pay.status == "failed" and pay.error is not None
+    assert pay.error.code == "STORE_UNAVAILABLE" and not pay.error.request_sent
+    assert pay.attempts[-1].outcome == "not_sent"
+    assert result.steps["receipt"].status == "skipped"
 
 
 # --- retention --------------------------------------------------------------------------------
@@ -276,3 +303,28 @@ def test_retention_deletes_old_finished_runs(tools: SideEffectTools, tmp_path: P
     keeper = _orchestrator(tools, url, store_retention_days=7)
     keeper.run(QUERY, plan=pay_plan("pay"), run_id="new")
     assert [r.run_id for r in keeper.list_runs()] == ["new"]
+
+
+# --- the CLI reads the history ------------------------------------------------------------
+
+def test_the_cli_lists_shows_and_resumes_stored_runs(tools: SideEffectTools, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/runs.db"
+    _orchestrator(tools, url).run(QUERY, plan=pay_plan("pay"), run_id="cli-1")
+    env = {**os.environ, "ORCH_STORE_URL": url}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "orchestration", *args], env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    listed = cli("runs", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (run,) = json.loads(listed.stdout)
+    assert (run["run_id"], run["status"], run["steps"]) == ("cli-1", "succeeded", {"succeeded": 3})
+    shown = cli("runs", "show", "cli-1")
+    assert shown.returncode == 0
+    lines = [line for line in shown.stdout.splitlines() if "✔" in line]
+    assert [line.split()[1] for line in lines] == ["quote", "pay", "receipt"]  # plan order
+    missing = cli("runs", "show", "nope")
+    assert missing.returncode == 2 and "no run 'nope'" in missing.stderr
+    no_catalog = cli("resume", "cli-1")
+    assert no_catalog.returncode == 2 and "ORCH_CATALOG" in no_catalog.stderr
