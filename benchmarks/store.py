@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((workload, note, walls))
             line = ", ".join(
                 f"{name} {wall * 1000:.1f} ms"
-                + ("" if name == "memory" else f" (+{(wall - walls['memory']) / n * 1e6:.1f} µs/step)")
+                + ("" if name == "memory" else f" ({(wall - walls['memory']) / n * 1e6:+.1f} µs/step)")
                 for name, wall in walls.items())
             print(f"{workload}, {n} steps: {line}", flush=True)
     if not args.no_report:
