@@ -54,6 +54,8 @@ class Executor:
                 )
             run.record_step(result)
             services.recorder.save_step(result)
+            services.events.emit("step_finished", step_id=step_id, status=result.status,
+                                 attempts=len(result.attempts), duration_s=result.duration_s)
             return result
 
         def skip_step(step_id: str, reason: str) -> StepResult:
@@ -63,6 +65,8 @@ class Executor:
                                 status="skipped", skipped_reason=reason)
             run.record_step(result)
             services.recorder.save_step(result)
+            services.events.emit("step_finished", step_id=step_id, status="skipped",
+                                 attempts=0, duration_s=0.0, reason=reason)
             return result
 
         results = await run_dag(plan, run_step, skip_step, done=done,

@@ -20,6 +20,8 @@ Idempotent steps that were in flight have no marker; they simply run again.
 
 from __future__ import annotations
 
+from typing import Any
+
 from executors._step_runner import ResumePoint
 from orchestration.errors import CatalogError
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError
@@ -31,7 +33,8 @@ from orchestration.store._base import StoredRun
 __all__ = ["resume_point"]
 
 
-def resume_point(run: RunState, services: RunServices, stored: StoredRun) -> ResumePoint:
+def resume_point(run: RunState, services: RunServices, stored: StoredRun,
+                 approved: dict[str, dict[str, Any]] | None = None) -> ResumePoint:
     """Settle the steps ``stored`` left in flight; what the executor needs to go on.
 
     Steps settled here (unknown outcome, or finished from stored data) are recorded in
@@ -73,7 +76,7 @@ def resume_point(run: RunState, services: RunServices, stored: StoredRun) -> Res
                 details={"request": marker.params, "attempt": marker.attempt,
                          "layer": marker.layer, "started_at": marker.started_at}),
         ))
-    return ResumePoint(attempts=dict(stored.attempts), resend=resend)
+    return ResumePoint(attempts=dict(stored.attempts), resend=resend, approved=approved or {})
 
 
 def _settle(run: RunState, services: RunServices, result: StepResult) -> None:

@@ -43,7 +43,7 @@ async def run_dag(
         if result.status == "succeeded":
             for successor in graph.successors(node):
                 waiting[successor] -= 1
-        else:
+        elif result.status != "awaiting_approval":
             _skip_downstream(plan, node, results, skip_step, result.status)
     ready: deque[str] = deque(node for node in plan.order
                               if waiting[node] == 0 and node not in results)
@@ -82,7 +82,9 @@ async def run_dag(
                     waiting[successor] -= 1
                     if waiting[successor] == 0 and successor not in results:
                         ready.append(successor)
-            else:
+            elif result.status != "awaiting_approval":
+                # a paused step's descendants simply wait (no result): they run once a
+                # person approves it, or are skipped when it is rejected
                 _skip_downstream(plan, step_id, results, skip_step, result.status)
     finally:
         for task in running.values():

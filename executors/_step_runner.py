@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from executors._approvals import AwaitApproval, approval_reason
 from executors._binding import bind
 from executors._prepare import CapabilityCache, PreparedCall
 from executors._send import key_for, send
@@ -41,7 +42,7 @@ from executors.recovery import (
 from orchestration.errors import StoreError
 from orchestration.plan import Step, ValidatedPlan
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError
-from orchestration.result import Attempt, AttemptOutcome, StepResult
+from orchestration.result import Attempt, AttemptOutcome, PendingApproval, StepResult
 from orchestration.retry_policy import RetryPolicy
 from orchestration.services import RunServices
 from orchestration.state import RunState
@@ -56,6 +57,8 @@ class ResumePoint:
 
     attempts: dict[str, list[Attempt]] = field(default_factory=dict)
     resend: dict[str, CallMarker] = field(default_factory=dict)
+    approved: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Steps a person approved, with the (coerced) parameters they approved."""
 
 
 class StepRunner:
@@ -85,6 +88,8 @@ class StepRunner:
         loop = asyncio.get_running_loop()
         started, wall_started = loop.time(), time.time()
         deadline = min(started + services.config.step_timeout_s, services.deadline)
+        services.events.emit("step_started", step_id=step.id, tool=step.tool,
+                             capability=step.capability)
         with services.observer.step(self.run.run_id, step, state.capability) as observation:
             state.observation = observation
             try:
@@ -92,6 +97,8 @@ class StepRunner:
                     output, error = await self._attempts(state, deadline)
             except TimeoutError:
                 output, error = None, self._deadline_error(state, deadline)
+            except AwaitApproval as paused:
+                return self._paused(state, paused, wall_started, loop.time() - started)
             result = StepResult(
                 id=step.id, tool=step.tool, capability=step.capability,
                 status="succeeded" if error is None else "failed", output=output,
@@ -102,6 +109,20 @@ class StepRunner:
             )
             observation.finished(result)
         return result
+
+    def _paused(self, state: StepState, paused: AwaitApproval, started_at: float,
+                duration: float) -> StepResult:
+        """The step stops before its call until a person decides; the run records it."""
+        step = state.step
+        pending = PendingApproval(step_id=step.id, tool=step.tool, capability=step.capability,
+                                  params=paused.params, reason=paused.reason,
+                                  requested_at=time.time())
+        self.run.pending_approvals.append(pending)
+        self.services.events.emit("approval_required", **pending.model_dump(
+            include={"step_id", "tool", "capability", "params", "reason"}))
+        return StepResult(id=step.id, tool=step.tool, capability=step.capability,
+                          status="awaiting_approval", attempts=state.attempts,
+                          started_at_s=started_at, duration_s=duration)
 
     def _state(self, step: Step) -> StepState:
         """What the layers see of this step: its capability, settings and retry policy.
@@ -126,7 +147,13 @@ class StepRunner:
         """bind → prepare → send → classify → decide, until a call succeeds or the chain
         stops; returns ``(output, None)`` or ``(None, final error)``."""
         resend = self.resume.resend.get(state.step.id)
-        if resend is not None:
+        approved = self.resume.approved.get(state.step.id)
+        if approved is not None:
+            # a person approved exactly this call: send it (it passes layer 2 and
+            # validation again like any parameters)
+            decision = Decision(params=approved, layer="approval", note="approved by a person")
+            attempt, output = await self._attempt(state, decision, deadline)
+        elif resend is not None:
             # the process stopped while this call was in flight: send exactly it again,
             # with the key the tool already saw, so the tool can tell it is a repeat
             decision = Decision(params=resend.params, layer=resend.layer,  # type: ignore[arg-type]
@@ -180,6 +207,10 @@ class StepRunner:
         if prepared.error is not None:
             observation.rejected(prepared.error)
             return self._record(state, decision, "invalid", prepared.error, prepared), None
+        reason = approval_reason(state.capability.requires_approval, prepared.params,
+                                 self.resume.approved.get(state.step.id))
+        if reason is not None:
+            raise AwaitApproval(prepared.params, reason)
         key = key or key_for(state, prepared.params)
         side_effect = not state.capability.is_idempotent
         recorder = self.services.recorder
@@ -206,8 +237,8 @@ class StepRunner:
                 recorder.failure = recorder.failure or exc
         return attempt, result.data
 
-    @staticmethod
     def _record(
+        self,
         state: StepState,
         decision: Decision,
         outcome: AttemptOutcome,
@@ -227,6 +258,10 @@ class StepRunner:
             analysis=decision.analysis, note=decision.note,
         )
         state.attempts.append(attempt)
+        self.services.events.emit(
+            "attempt_finished", step_id=state.step.id, attempt=attempt.number,
+            layer=attempt.layer, outcome=attempt.outcome,
+            error_code=error.code if error is not None else None)
         return attempt
 
     def _deadline_error(self, state: StepState, deadline: float) -> StepError:

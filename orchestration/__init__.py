@@ -8,6 +8,7 @@ public names in ``__all__`` (tests/test_public_api.py pins them).
 from orchestration.catalog import Capability, Catalog
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import (
+    ApprovalError,
     CatalogError,
     ConfigError,
     DagwrightError,
@@ -18,9 +19,13 @@ from orchestration.errors import (
     PlanParseError,
     PlanValidationError,
     RetryExhausted,
+    RunLeased,
+    RunNotFound,
     StepFailed,
+    StoreError,
     ToolFailed,
 )
+from orchestration.events import RunEvent
 from orchestration.layer_settings import LayerSettings
 from orchestration.llm.base import LLMClient, LLMRequest, LLMResponse, TokenUsage
 from orchestration.llm.scripted import ScriptedLLM
@@ -34,7 +39,15 @@ from orchestration.protocol import (
     ToolResponse,
     http_status_for_category,
 )
-from orchestration.result import Attempt, RunResult, RunUsage, StepResult
+from orchestration.result import (
+    PLAN_APPROVAL,
+    Approval,
+    Attempt,
+    PendingApproval,
+    RunResult,
+    RunUsage,
+    StepResult,
+)
 from orchestration.retry_policy import RetryPolicy
 from orchestration.state import RunState
 
@@ -42,6 +55,9 @@ __version__ = "0.1.0"
 
 
 __all__ = [
+    "PLAN_APPROVAL",
+    "Approval",
+    "ApprovalError",
     "Attempt",
     "Capability",
     "Catalog",
@@ -59,12 +75,16 @@ __all__ = [
     "LayerSettings",
     "Orchestrator",
     "OrchestratorConfig",
+    "PendingApproval",
     "Plan",
     "PlanParseError",
     "PlanValidationError",
     "PlanningError",
     "RetryExhausted",
     "RetryPolicy",
+    "RunEvent",
+    "RunLeased",
+    "RunNotFound",
     "RunResult",
     "RunState",
     "RunUsage",
@@ -73,6 +93,7 @@ __all__ = [
     "StepError",
     "StepFailed",
     "StepResult",
+    "StoreError",
     "TokenUsage",
     "ToolError",
     "ToolFailed",
@@ -80,5 +101,5 @@ __all__ = [
     "ValidatedPlan",
     "__version__",
     "http_status_for_category",
-    "validate_plan",
+    "validate_plan"
 ]

@@ -112,6 +112,13 @@ class OrchestratorConfig(BaseSettings):
     retry_seed: int = Field(0, description="Seed of the jitter, for reproducible delays.")
     retry_after_cap_s: float = Field(30.0, ge=0, description="Longest Retry-After honoured.")
 
+    # --- approvals ----------------------------------------------------------------
+    approve_plans: bool = Field(
+        False, description="Ask a person to approve every plan before any step runs.")
+    approval_timeout_s: float | None = Field(
+        None, gt=0, description="A pending approval older than this is rejected as expired "
+        "when the run is next resumed or read (unset: approvals wait forever).")
+
     # --- durable runs -------------------------------------------------------------
     store_url: str = Field(
         "sqlite:///.dagwright/runs.db",

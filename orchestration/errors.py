@@ -11,6 +11,8 @@ nothing is lost when it crosses an API boundary::
     │   ├── StoreError                 the run store cannot be opened, read or written
     │   │   └── RunLeased              another process is executing that run right now
     │   ├── RunNotFound                no run with that id in the store
+    │   ├── ApprovalError              a decision for a step that is not pending, a run that
+    │   │                              is not waiting, or edited parameters that are invalid
     │   ├── PlanValidationError        a plan has problems (``issues`` lists every one)
     │   ├── MalformedAnswer            an LLM answer holds no usable JSON (also a ValueError)
     │   │   └── PlanParseError         ... for a plan
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     from orchestration.result import Attempt
 
 __all__ = [
+    "ApprovalError",
     "CatalogError",
     "ConfigError",
     "DagwrightError",
@@ -52,8 +55,11 @@ __all__ = [
     "PlanningAttempt",
     "PlanningError",
     "RetryExhausted",
+    "RunLeased",
+    "RunNotFound",
     "StepFailed",
-    "ToolFailed"
+    "StoreError",
+    "ToolFailed",
 ]
 
 
@@ -87,6 +93,10 @@ class RunLeased(StoreError):
 
 class RunNotFound(DagwrightError, LookupError):
     """No run with this id is in the store."""
+
+
+class ApprovalError(DagwrightError, ValueError):
+    """A decision that cannot be applied; the run is left exactly as it was."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,16 +12,18 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, TypeVar
 
 from opentelemetry.trace import TracerProvider
 from prometheus_client import CollectorRegistry
 
+from executors._approvals import apply_decisions, expire_approvals
 from executors._executor import Executor
 from executors._resume import resume_point
 from executors.layers import default_handlers
 from executors.recovery import RecoveryHandler
+from orchestration._events import EventCallback, EventSink
 from orchestration._synthesis import synthesize
 from orchestration._transport import ToolTransport
 from orchestration.catalog import Catalog
@@ -29,6 +31,7 @@ from orchestration.clock import Clock
 from orchestration.config import OrchestratorConfig
 from orchestration.debug_store import LLMDebugStore
 from orchestration.errors import (
+    ApprovalError,
     ConfigError,
     DagwrightError,
     LLMError,
@@ -37,13 +40,21 @@ from orchestration.errors import (
     RunNotFound,
     StoreError,
 )
+from orchestration.events import RunEvent
 from orchestration.layer_settings import LayerSettings
 from orchestration.llm._factory import client_from_config
 from orchestration.llm._gateway import DebugRecorder, LLMGateway
 from orchestration.llm.base import LLMClient
 from orchestration.plan import Plan, ValidatedPlan, validate_plan
 from orchestration.redaction import Redactor
-from orchestration.result import RunResult, RunStatus, StepResult
+from orchestration.result import (
+    PLAN_APPROVAL,
+    Approval,
+    PendingApproval,
+    RunResult,
+    RunStatus,
+    StepResult,
+)
 from orchestration.retry_policy import RetryPolicy
 from orchestration.services import RunServices
 from orchestration.state import RunState
@@ -125,14 +136,27 @@ class Orchestrator:
 
     # --- running --------------------------------------------------------------------
     def run(
-        self, query: str, *, plan: Plan | dict[str, Any] | None = None, run_id: str | None = None
+        self,
+        query: str,
+        *,
+        plan: Plan | dict[str, Any] | None = None,
+        run_id: str | None = None,
+        on_event: EventCallback | None = None,
     ) -> RunResult:
         """Synchronous :meth:`arun` for code without an event loop."""
-        return self._sync("run", lambda: self.arun(query, plan=plan, run_id=run_id))
+        return self._sync("run", lambda: self.arun(query, plan=plan, run_id=run_id,
+                                                   on_event=on_event))
 
-    def resume(self, run_id: str) -> RunResult:
+    def resume(
+        self,
+        run_id: str,
+        *,
+        approvals: dict[str, Approval] | None = None,
+        on_event: EventCallback | None = None,
+    ) -> RunResult:
         """Synchronous :meth:`aresume`."""
-        return self._sync("resume", lambda: self.aresume(run_id))
+        return self._sync("resume", lambda: self.aresume(run_id, approvals=approvals,
+                                                         on_event=on_event))
 
     def get_run(self, run_id: str) -> RunResult | None:
         """Synchronous :meth:`aget_run`."""
@@ -141,6 +165,10 @@ class Orchestrator:
     def list_runs(self, status: str | None = None, limit: int = 50) -> list[RunSummary]:
         """Synchronous :meth:`alist_runs`."""
         return self._sync("list_runs", lambda: self.alist_runs(status, limit))
+
+    def get_events(self, run_id: str, *, after: int = 0) -> list[RunEvent]:
+        """Synchronous :meth:`aget_events`."""
+        return self._sync("get_events", lambda: self.aget_events(run_id, after=after))
 
     def _sync(self, name: str, call: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """Run ``call()`` on a new event loop, closing what it opened for that loop."""
@@ -171,15 +199,24 @@ class Orchestrator:
         return holder[0]
 
     async def arun(
-        self, query: str, *, plan: Plan | dict[str, Any] | None = None, run_id: str | None = None
+        self,
+        query: str,
+        *,
+        plan: Plan | dict[str, Any] | None = None,
+        run_id: str | None = None,
+        on_event: EventCallback | None = None,
     ) -> RunResult:
         """Plan ``query`` (or use the given ``plan``), execute it, synthesise the answer.
 
         The run is recorded in the run store as it goes. ``run_id`` names it: a finished
         run with that id is returned as stored, without running anything; an interrupted
-        one is resumed (see :meth:`aresume`). Raises :class:`StoreError` when the store
-        cannot record the run (before anything is sent) or lost a write on the way (the
-        error carries the result), :class:`RunLeased` when another process is running it.
+        one is resumed (see :meth:`aresume`). ``on_event`` receives every
+        :class:`~orchestration.events.RunEvent` in order (sync or async; one that raises
+        is logged once and gets no more events, the run goes on).
+
+        Raises :class:`StoreError` when the store cannot record the run (before anything
+        is sent) or lost a write on the way (the error carries the result),
+        :class:`RunLeased` when another process is running it.
         """
         await self._open_store()
         if run_id is not None:
@@ -192,23 +229,62 @@ class Orchestrator:
                         f"({stored.state.query[:200]!r}); choose another run_id, or resume it")
                 if stored.state.status != "running":
                     return stored.state.to_result()
-                return await self._continue(stored)
+                return await self._continue(stored, on_event=on_event)
         run = RunState(run_id=run_id or uuid.uuid4().hex, query=query)
         if self.debug_store is not None:
             run.debug_path = str(self.debug_store.path)
         recorder = RunRecorder(self.store, run.run_id, lease_s=self.config.store_lease_s)
         await recorder.begin(run)
-        return await self._execute(run, recorder, plan=plan)
+        return await self._execute(run, recorder, plan=plan, on_event=on_event)
 
-    async def aresume(self, run_id: str) -> RunResult:
-        """Continue a run whose process stopped (a crash, a kill, a deploy).
+    async def astream(
+        self,
+        query: str,
+        *,
+        plan: Plan | dict[str, Any] | None = None,
+        run_id: str | None = None,
+    ) -> AsyncIterator[RunEvent]:
+        """Run ``query`` and yield its events as they happen, ``run_finished`` last.
 
-        Steps that finished are not run again: their results come from the store.
-        Steps that were in flight are run again when that is safe — their capability is
+        Leaving the iteration early cancels the run (it stays resumable).
+        """
+        queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
+        task = asyncio.get_running_loop().create_task(
+            self.arun(query, plan=plan, run_id=run_id, on_event=queue.put_nowait))
+        task.add_done_callback(lambda _: queue.put_nowait(None))
+        try:
+            while (event := await queue.get()) is not None:
+                yield event
+            await task  # its exception, if it failed
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, DagwrightError):
+                    await task
+
+    async def aresume(
+        self,
+        run_id: str,
+        *,
+        approvals: dict[str, Approval] | None = None,
+        on_event: EventCallback | None = None,
+    ) -> RunResult:
+        """Continue a run whose process stopped, or that waits for approvals.
+
+        **After a crash** (status ``running``): steps that finished are not run again;
+        steps that were in flight are run again when that is safe — their capability is
         idempotent, or declares an idempotency-key header (the call is re-sent with the
         same key). A call with a side effect that may have happened and carries no key
         is not sent again: its step ends ``unknown`` (code ``OUTCOME_UNKNOWN``, the
         request in its details) and the steps that depend on it are skipped.
+
+        **With approvals** (status ``awaiting_approval``): ``approvals`` maps pending step
+        ids (or :data:`~orchestration.result.PLAN_APPROVAL`) to an :class:`Approval`;
+        decided steps go on (approved) or fail ``REJECTED`` (their descendants are
+        skipped), undecided ones keep waiting. A decision for a step that is not pending,
+        or edited parameters that do not validate, raise :class:`ApprovalError` and
+        change nothing. Pending approvals older than ``ORCH_APPROVAL_TIMEOUT_S`` are
+        rejected as expired first.
 
         A finished run is returned as it is. Raises :class:`RunNotFound` for an unknown
         id and :class:`RunLeased` while another live process is executing the run.
@@ -218,25 +294,76 @@ class Orchestrator:
         if stored is None:
             raise RunNotFound(f"no run {run_id!r} in the run store {self.store.url}; "
                               "'dagwright runs list' shows the runs it holds")
-        if stored.state.status != "running":
-            return stored.state.to_result()
-        return await self._continue(stored)
+        run = stored.state
+        if approvals and run.status != "awaiting_approval":
+            raise ApprovalError(f"run {run_id!r} is not waiting for approval (it is "
+                                f"{run.status}); there is nothing to decide")
+        expired = expire_approvals(run, self.config.approval_timeout_s)
+        if run.status == "awaiting_approval" and not approvals and not expired:
+            return run.to_result()  # nothing decided: it keeps waiting
+        if run.status not in ("running", "awaiting_approval"):
+            if expired:  # the plan approval expired: the run has failed
+                await self._save(run)
+            return run.to_result()
+        approved = {}
+        if approvals:
+            services = self._services(run, RunRecorder(None, run_id, lease_s=1.0))
+            approved = apply_decisions(run, approvals, services, self.executor.capabilities)
+            if run.status == "failed":  # the plan was rejected
+                await self._save(run)
+                return run.to_result()
+        if run.pending_approvals and not approvals and not expired:
+            return run.to_result()
+        run.status = "running"
+        return await self._continue(stored, approved=approved, on_event=on_event)
 
     async def aget_run(self, run_id: str) -> RunResult | None:
-        """The run as the store has it (a running run with the steps finished so far)."""
+        """The run as the store has it (a running run with the steps finished so far).
+
+        Pending approvals older than ``ORCH_APPROVAL_TIMEOUT_S`` are rejected as expired
+        here (and recorded); a resume then finishes the run."""
         await self._open_store()
         stored = await self.store.load(run_id)
-        return None if stored is None else stored.state.to_result()
+        if stored is None:
+            return None
+        if expire_approvals(stored.state, self.config.approval_timeout_s):
+            if stored.state.status == "awaiting_approval" and not stored.state.pending_approvals:
+                stored.state.status = "running"  # nothing waits any more: resume finishes it
+            await self._save(stored.state)
+        return stored.state.to_result()
 
     async def alist_runs(self, status: str | None = None, limit: int = 50) -> list[RunSummary]:
         """Recent runs, newest first: id, query, status, start/end, step counts."""
         await self._open_store()
+        if self.config.approval_timeout_s is not None:
+            for waiting in await self.store.list_runs(status="awaiting_approval", limit=limit):
+                await self.aget_run(waiting.run_id)  # expires what is overdue
         return await self.store.list_runs(status=status, limit=limit)
 
-    async def _continue(self, stored: StoredRun) -> RunResult:
+    async def aget_events(self, run_id: str, *, after: int = 0) -> list[RunEvent]:
+        """The stored events of a run with ``seq > after``, in order (a late reader
+        replays them, then follows live ones with ``on_event``/``astream``)."""
+        await self._open_store()
+        return await self.store.load_events(run_id, after=after)
+
+    async def _save(self, run: RunState) -> None:
+        """Write a run changed outside an execution (a decision, an expiry) to the store."""
+        recorder = RunRecorder(self.store, run.run_id, lease_s=self.config.store_lease_s)
+        for step in run.steps.values():
+            recorder.save_step(step)
+        await recorder.finish(run)
+
+    async def _continue(
+        self,
+        stored: StoredRun,
+        *,
+        approved: dict[str, dict[str, Any]] | None = None,
+        on_event: EventCallback | None = None,
+    ) -> RunResult:
         recorder = RunRecorder(self.store, stored.state.run_id, lease_s=self.config.store_lease_s)
         await recorder.take_over(stored)
-        return await self._execute(stored.state, recorder, stored=stored)
+        return await self._execute(stored.state, recorder, stored=stored, approved=approved,
+                                   on_event=on_event)
 
     async def _execute(
         self,
@@ -245,22 +372,29 @@ class Orchestrator:
         *,
         plan: Plan | dict[str, Any] | None = None,
         stored: StoredRun | None = None,
+        approved: dict[str, dict[str, Any]] | None = None,
+        on_event: EventCallback | None = None,
     ) -> RunResult:
         """Run (or continue) ``run`` to its end under the observer; record its end."""
         started = time.perf_counter()
         services = self._services(run, recorder)
+        if on_event is not None:
+            services.events.subscribe(on_event)
         planned_by = "resume" if stored is not None else "caller" if plan is not None else "llm"
         try:
             with self.observer.run(run, planned_by=planned_by) as observation:
                 run.trace_id = run.trace_id or observation.trace_id
-                await self._run(run, services, plan, stored)
+                await self._run(run, services, plan, stored, approved or {})
         except BaseException:
             # stopped from outside (cancelled): leave the run resumable, let go of it
             with contextlib.suppress(StoreError):
                 await recorder.finish(None)
+            await services.events.close()
             raise
         finally:
             run.usage.wall_time_s += time.perf_counter() - started
+        services.events.emit("run_finished", status=run.status, error=run.error)
+        await services.events.close()
         try:
             await recorder.finish(run)
         except StoreError as exc:
@@ -273,10 +407,12 @@ class Orchestrator:
         run: RunState,
         services: RunServices,
         plan: Plan | dict[str, Any] | None,
-        stored: StoredRun | None = None,
+        stored: StoredRun | None,
+        approved: dict[str, dict[str, Any]],
     ) -> None:
         """Plan, execute (with repair rounds when enabled) and answer; ``run`` records it
-        all. A resumed run (``stored``) keeps the plan it had and what it finished."""
+        all. A resumed run (``stored``) keeps the plan it had and what it finished; a run
+        that needs a person pauses with ``pending_approvals``."""
         # the run deadline bounds planning and synthesis too, not only the steps
         limit = f"the run deadline ({self.config.run_timeout_s:g}s, ORCH_RUN_TIMEOUT_S)"
         try:
@@ -294,8 +430,21 @@ class Orchestrator:
         if run.plan is None:
             run.plan = validated.to_dict()
             services.recorder.save_run(run)
-        resume = resume_point(run, services, stored) if stored is not None else None
+            services.events.emit("plan_ready", plan=run.plan, steps=len(validated.steps))
+        if self.config.approve_plans and not run.approved_plan:
+            run.pending_approvals = [PendingApproval(
+                step_id=PLAN_APPROVAL, params={"plan": run.plan}, requested_at=time.time(),
+                reason="ORCH_APPROVE_PLANS: a person approves each plan before any step runs")]
+            services.events.emit("approval_required", step_id=PLAN_APPROVAL,
+                                 params={"plan": run.plan},
+                                 reason=run.pending_approvals[0].reason)
+            run.pause()
+            return
+        resume = resume_point(run, services, stored, approved) if stored is not None else None
         steps = await self.executor.execute(validated, run, services, resume=resume)
+        if run.pending_approvals:
+            run.pause()  # everything that could run did; the rest waits for a person
+            return
         status = run_status(run.live_steps)
         if self.config.replan_max > 0 and any(s.status == "failed" for s in steps.values()):
             status = await self._replan_phase(run, services, validated)
@@ -415,7 +564,8 @@ class Orchestrator:
                 clock=self.clock, debug_recorder=self._debug_recorder(),
             ),
             transport=self._transport(), observer=self.observer, recorder=recorder,
-            clock=self.clock, deadline=asyncio.get_running_loop().time() + config.run_timeout_s,
+            events=EventSink(run, recorder), clock=self.clock,
+            deadline=asyncio.get_running_loop().time() + config.run_timeout_s,
         )
 
     def _debug_recorder(self) -> DebugRecorder | None:

@@ -53,6 +53,7 @@ class ErrorCategory(StrEnum):
     VALIDATION_ERROR = "VALIDATION_ERROR"
     BINDING_ERROR = "BINDING_ERROR"
     INTERNAL_ERROR = "INTERNAL_ERROR"
+    REJECTED = "REJECTED"  # a person rejected the call, or its approval expired
 
 
 class ErrorSource(StrEnum):

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from orchestration.errors import DagwrightError, RetryExhausted, StepFailed
 from orchestration.protocol import ErrorCategory, StepError
 
 __all__ = [
-    "Attempt", "AttemptOutcome", "CoercionRecord", "Layer", "RunResult", "RunStatus", "RunUsage",
-    "StepResult", "StepStatus"
+    "PLAN_APPROVAL", "Approval", "Attempt", "AttemptOutcome", "CoercionRecord", "Layer",
+    "PendingApproval", "RunResult", "RunStatus", "RunUsage", "StepResult", "StepStatus"
 ]
+
 
 Layer = Literal[
     "plan",  # parameters as the planner wrote them (layer 1)
@@ -24,6 +25,7 @@ Layer = Literal[
     "validation_feedback",  # layer 3 corrected them
     "semantic_retry",  # layer 4 re-resolved them
     "transient_override",  # layer 4 declared the error transient
+    "approval",  # a person approved the call (with the parameters shown, or edited ones)
 ]
 AttemptOutcome = Literal[
     "succeeded",
@@ -37,8 +39,49 @@ StepStatus = Literal[
     "failed",
     "skipped",
     "unknown",  # a side effect may or may not have happened (OUTCOME_UNKNOWN): not re-sent
+    "awaiting_approval",  # paused before its call until a person decides (pending_approvals)
 ]
-RunStatus = Literal["running", "succeeded", "partial", "failed"]
+RunStatus = Literal[
+    "running",  # in progress, or interrupted (resume it)
+    "awaiting_approval",  # paused: every step that could run did; see pending_approvals
+    "succeeded",
+    "partial",
+    "failed",
+    "cancelled",
+]
+
+PLAN_APPROVAL = "@plan"
+"""The ``step_id`` of the approval of a whole plan (``ORCH_APPROVE_PLANS``)."""
+
+
+class PendingApproval(BaseModel):
+    """A call (or, with ``step_id == PLAN_APPROVAL``, a whole plan) waiting for a person.
+
+    ``params`` are exactly what would be sent — bound and coerced; for a plan,
+    ``{"plan": ...}``. Decide with ``orch.resume(run_id, approvals={step_id: Approval(...)})``.
+    """
+
+    step_id: str
+    tool: str | None = None
+    capability: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    reason: str
+    requested_at: float
+
+
+class Approval(BaseModel):
+    """A person's decision on a pending approval.
+
+    ``approved``: send it (with ``params`` instead, when given: they pass layer 2 and
+    schema validation like any parameters; for the plan approval, ``params`` is a whole
+    replacement plan). Rejected: the step fails with code ``REJECTED`` and ``note``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    approved: bool
+    params: dict[str, Any] | None = None
+    note: str | None = None
 
 
 class CoercionRecord(BaseModel):
@@ -138,7 +181,8 @@ class RunResult(BaseModel):
     """The outcome of :meth:`Orchestrator.run`.
 
     ``status`` is ``succeeded`` when every step succeeded, ``failed`` when planning failed
-    or no step succeeded, ``partial`` otherwise. ``error`` explains a run-level failure.
+    or no step succeeded, ``partial`` otherwise; ``awaiting_approval`` when the run paused
+    for ``pending_approvals``. ``error`` explains a run-level failure.
     """
 
     run_id: str
@@ -151,6 +195,7 @@ class RunResult(BaseModel):
     error: str | None = None
     warnings: list[str] = Field(default_factory=list)
     trace_id: str | None = None
+    pending_approvals: list[PendingApproval] = Field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

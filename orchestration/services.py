@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from orchestration._events import EventSink
 from orchestration._transport import ToolTransport
 from orchestration.catalog import Catalog
 from orchestration.clock import Clock
@@ -28,7 +29,8 @@ class RunServices:
 
     ``catalog`` is the snapshot the run planned with; ``layers`` the global layer
     settings (a capability's overrides are applied per step); ``recorder`` writes the run
-    to its store; ``deadline`` is event-loop time after which nothing new starts.
+    to its store; ``events`` numbers and delivers its events; ``deadline`` is event-loop
+    time after which nothing new starts.
     """
 
     catalog: Catalog
@@ -38,5 +40,6 @@ class RunServices:
     transport: ToolTransport
     observer: Observer
     recorder: RunRecorder
+    events: EventSink
     clock: Clock
     deadline: float

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, PrivateAttr
 
-from orchestration.result import RunResult, RunStatus, RunUsage, StepResult
+from orchestration.result import PendingApproval, RunResult, RunStatus, RunUsage, StepResult
 
 __all__ = ["RunState"]
 
@@ -46,6 +46,12 @@ class RunState(BaseModel):
     trace_id: str | None = None
     debug_path: str | None = None
     """Where the LLM debug store keeps this run's prompts and answers, when it is on."""
+    pending_approvals: list[PendingApproval] = Field(default_factory=list)
+    """Calls (or the plan) waiting for a person; the run is ``awaiting_approval``."""
+    approved_plan: bool = False
+    """The whole plan was approved (``ORCH_APPROVE_PLANS``)."""
+    event_seq: int = 0
+    """The sequence number of the run's last event."""
     started_at: float = Field(default_factory=time.time)
     finished_at: float | None = None
 
@@ -99,9 +105,13 @@ class RunState(BaseModel):
         self.status = status
         failures = [s.error.describe() for s in self.steps.values()
                     if s.error is not None and s.id not in self.superseded]
-        if failures:
-            self.error = "; ".join(failures)
+        self.error = "; ".join(failures) if failures else None
         self.finished_at = time.time()
+
+    def pause(self) -> None:
+        """Every step that could run did; the rest waits for ``pending_approvals``."""
+        self.status = "awaiting_approval"
+        self.finished_at = None
 
     # --- reading it ---------------------------------------------------------------------
     @property
@@ -118,4 +128,5 @@ class RunState(BaseModel):
             run_id=self.run_id, query=self.query, status=self.status, answer=self.answer,
             plan=plan, steps=dict(self.steps), usage=self.usage, error=self.error,
             warnings=list(self.warnings), trace_id=self.trace_id,
+            pending_approvals=list(self.pending_approvals),
         )

@@ -20,14 +20,15 @@ import planners
 
 PACKAGE_API = {
     "orchestration": [
-        "Attempt", "Capability", "Catalog", "CatalogError", "ConfigError", "DagwrightError",
-        "ErrorCategory", "ErrorSource", "LLMBudgetExceeded", "LLMClient", "LLMError",
-        "LLMErrorKind", "LLMRequest", "LLMResponse", "LayerSettings", "Orchestrator",
-        "OrchestratorConfig", "Plan", "PlanParseError", "PlanValidationError", "PlanningError",
-        "RetryExhausted", "RetryPolicy", "RunResult", "RunState", "RunUsage", "ScriptedLLM",
-        "Step", "StepError", "StepFailed", "StepResult", "TokenUsage", "ToolError",
-        "ToolFailed", "ToolResponse", "ValidatedPlan", "__version__",
-        "http_status_for_category", "validate_plan"
+        "__version__", "Approval", "ApprovalError", "Attempt", "Capability", "Catalog",
+        "CatalogError", "ConfigError", "DagwrightError", "ErrorCategory", "ErrorSource",
+        "http_status_for_category", "LayerSettings", "LLMBudgetExceeded", "LLMClient",
+        "LLMError", "LLMErrorKind", "LLMRequest", "LLMResponse", "Orchestrator",
+        "OrchestratorConfig", "PendingApproval", "Plan", "PLAN_APPROVAL", "PlanningError",
+        "PlanParseError", "PlanValidationError", "RetryExhausted", "RetryPolicy", "RunEvent",
+        "RunLeased", "RunNotFound", "RunResult", "RunState", "RunUsage", "ScriptedLLM", "Step",
+        "StepError", "StepFailed", "StepResult", "StoreError", "TokenUsage", "ToolError",
+        "ToolFailed", "ToolResponse", "validate_plan", "ValidatedPlan"
     ],
     "executors": [
         "REMOVED", "Coercer", "CoercionChange", "CoercionResult", "Decision", "GiveUp", "RecoveryHandler",
@@ -45,9 +46,9 @@ PUBLIC_MODULES = [
     "executors.layers.semantic_retry", "executors.layers.validation_feedback",
     "executors.recovery", "orchestration.capability", "orchestration.catalog",
     "orchestration.cli", "orchestration.clock", "orchestration.config",
-    "orchestration.debug_store", "orchestration.errors", "orchestration.layer_settings",
-    "orchestration.llm", "orchestration.llm.anthropic", "orchestration.llm.base",
-    "orchestration.llm.openai_compat", "orchestration.llm.scripted",
+    "orchestration.debug_store", "orchestration.errors", "orchestration.events",
+    "orchestration.layer_settings", "orchestration.llm", "orchestration.llm.anthropic",
+    "orchestration.llm.base", "orchestration.llm.openai_compat", "orchestration.llm.scripted",
     "orchestration.logging_setup", "orchestration.orchestrator", "orchestration.plan",
     "orchestration.protocol", "orchestration.redaction", "orchestration.result",
     "orchestration.retry_policy", "orchestration.services", "orchestration.sources",

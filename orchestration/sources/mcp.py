@@ -313,9 +313,11 @@ class MCPServerSource:
     def _capability(self, tool: mcp_types.Tool) -> Capability:
         """One MCP tool as a capability; annotations become the engine's flags.
 
-        ``readOnlyHint`` or ``idempotentHint`` → idempotent; ``destructiveHint`` →
-        ``requires_approval``, with the MCP default (a tool that is not read-only may be
-        destructive unless it says ``destructiveHint: false``).
+        ``readOnlyHint`` or ``idempotentHint`` → idempotent; an explicit
+        ``destructiveHint: true`` (on a tool that is not read-only) → ``requires_approval``.
+        MCP's own default calls every unannotated tool possibly destructive; taking that
+        literally would pause every run on a server that simply does not annotate, so
+        only an explicit hint asks for a person (``overrides`` can ask for more).
         """
         hints = tool.annotations
         read_only = bool(hints and hints.read_only_hint)
@@ -326,7 +328,7 @@ class MCPServerSource:
             "input_schema": dict(tool.input_schema or {"type": "object"}),
             "output_schema": dict(tool.output_schema) if tool.output_schema else None,
             "idempotent": read_only or bool(hints and hints.idempotent_hint),
-            "requires_approval": not read_only and not (hints and hints.destructive_hint is False),
+            "requires_approval": not read_only and bool(hints and hints.destructive_hint),
             "timeout_s": self.timeout_s,
             "source": self.label,
         }

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
+from orchestration.events import RunEvent
 from orchestration.result import Attempt, StepResult
 from orchestration.state import RunState
 
@@ -29,13 +30,14 @@ __all__ = [
     "RunStore",
     "RunSummary",
     "SaveAttempt",
+    "SaveEvent",
     "SaveRun",
     "SaveStep",
     "StoredRun",
     "Write",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Bumped when the stored layout changes; stores migrate older layouts on open."""
 
 
@@ -127,7 +129,13 @@ class CallFinished:
     attempt: int
 
 
-Write = SaveRun | SaveStep | SaveAttempt | CallStarted | CallFinished
+@dataclass(frozen=True, slots=True)
+class SaveEvent:
+    run_id: str
+    event: RunEvent
+
+
+Write = SaveRun | SaveStep | SaveAttempt | CallStarted | CallFinished | SaveEvent
 
 
 class RunStore(Protocol):
@@ -151,6 +159,9 @@ class RunStore(Protocol):
         """Apply ``batch`` in one transaction."""
 
     async def load(self, run_id: str) -> StoredRun | None: ...
+
+    async def load_events(self, run_id: str, *, after: int = 0) -> list[RunEvent]:
+        """The run's stored events with ``seq > after``, in order."""
 
     async def acquire(self, run_id: str, *, owner: str, now: float, until: float,
                       steal_from: str | None = None) -> bool:

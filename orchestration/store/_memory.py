@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from orchestration.events import RunEvent
 from orchestration.result import Attempt, StepResult
 from orchestration.state import RunState
 from orchestration.store._base import (
@@ -18,6 +19,7 @@ from orchestration.store._base import (
     CallStarted,
     RunSummary,
     SaveAttempt,
+    SaveEvent,
     SaveRun,
     SaveStep,
     StoredRun,
@@ -35,6 +37,7 @@ class _Run:
     steps: dict[str, StepResult] = field(default_factory=dict)
     attempts: dict[tuple[str, int], tuple[Attempt, Any]] = field(default_factory=dict)
     calls: dict[tuple[str, int], CallMarker] = field(default_factory=dict)
+    events: list[RunEvent] = field(default_factory=list)
     lease_owner: str | None = None
     lease_until: float | None = None
 
@@ -74,6 +77,8 @@ class MemoryStore:
                 run.attempts[(op.step_id, op.attempt.number)] = (op.attempt, op.output)
             elif isinstance(op, CallStarted):
                 run.calls[(op.marker.step_id, op.marker.attempt)] = op.marker
+            elif isinstance(op, SaveEvent):
+                run.events.append(op.event)
             elif isinstance(op, CallFinished):
                 marker = run.calls.get((op.step_id, op.attempt))
                 if marker is not None:
@@ -93,6 +98,10 @@ class MemoryStore:
         open_calls = [m for m in run.calls.values()
                       if not m.finished and m.step_id not in run.steps]
         return StoredRun(state, attempts, outputs, open_calls, run.lease_owner, run.lease_until)
+
+    async def load_events(self, run_id: str, *, after: int = 0) -> list[RunEvent]:
+        run = self._runs.get(run_id)
+        return [] if run is None else [e for e in run.events if e.seq > after]
 
     async def acquire(self, run_id: str, *, owner: str, now: float, until: float,
                       steal_from: str | None = None) -> bool:

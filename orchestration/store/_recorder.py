@@ -28,6 +28,7 @@ import uuid
 from typing import Any
 
 from orchestration.errors import RunLeased, StoreError
+from orchestration.events import RunEvent
 from orchestration.result import Attempt, StepResult
 from orchestration.state import RunState
 from orchestration.store._base import (
@@ -36,6 +37,7 @@ from orchestration.store._base import (
     CallStarted,
     RunStore,
     SaveAttempt,
+    SaveEvent,
     SaveRun,
     SaveStep,
     StoredRun,
@@ -163,6 +165,9 @@ class RunRecorder:
     def save_attempt(self, step_id: str, attempt: Attempt) -> None:
         self._steps_with_attempts.add(step_id)
         self._buffer(SaveAttempt(self.run_id, step_id, attempt))
+
+    def save_event(self, event: RunEvent) -> None:
+        self._buffer(SaveEvent(self.run_id, event))
 
     def _buffer(self, write: Write) -> None:
         if self.store is None:

@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from orchestration.errors import StoreError
+from orchestration.events import RunEvent
 from orchestration.result import Attempt, StepResult
 from orchestration.state import RunState
 from orchestration.store._base import (
@@ -31,6 +32,7 @@ from orchestration.store._base import (
     CallStarted,
     RunSummary,
     SaveAttempt,
+    SaveEvent,
     SaveRun,
     SaveStep,
     StoredRun,
@@ -42,7 +44,7 @@ __all__ = ["PostgresStore", "SqliteStore", "masked_url"]
 Statement = tuple[str, Sequence[Any]]
 
 _TABLES = ("dagwright_meta", "dagwright_runs", "dagwright_steps", "dagwright_attempts",
-           "dagwright_calls")
+           "dagwright_calls", "dagwright_events")
 
 # Version 1 of the layout. A later version adds a migration step to _MIGRATIONS.
 _SCHEMA_V1 = (
@@ -66,8 +68,15 @@ _SCHEMA_V1 = (
         started_at DOUBLE PRECISION NOT NULL, finished_at DOUBLE PRECISION,
         PRIMARY KEY (run_id, step_id, attempt))""",
 )
-_MIGRATIONS: dict[int, tuple[str, ...]] = {}
-"""Statements that bring a layout of version ``n`` to ``n + 1``."""
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (  # version 2: run events, stored so a late reader can replay them
+        """CREATE TABLE IF NOT EXISTS dagwright_events (
+            run_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL,
+            at DOUBLE PRECISION NOT NULL, data TEXT NOT NULL, PRIMARY KEY (run_id, seq))""",
+    ),
+}
+"""Statements that bring a layout of version ``n`` to ``n + 1`` (a new store is created at
+version 1 and brought up the same way, so every migration runs in every test)."""
 
 _FINISHED = ("succeeded", "partial", "failed", "cancelled")
 
@@ -130,6 +139,12 @@ def _write_statements(batch: Iterable[Write]) -> list[Statement]:
                 "ON CONFLICT (run_id, step_id, attempt) DO NOTHING",
                 (op.run_id, m.step_id, m.attempt, m.layer, json.dumps(m.params),
                  m.idempotency_key, m.started_at)))
+        elif isinstance(op, SaveEvent):
+            e = op.event
+            out.append((
+                "INSERT INTO dagwright_events (run_id, seq, type, at, data) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (run_id, seq) DO NOTHING",
+                (e.run_id, e.seq, e.type, e.at, json.dumps(e.data, default=str))))
         elif isinstance(op, CallFinished):
             out.append((
                 "UPDATE dagwright_calls SET finished_at = ? "
@@ -169,15 +184,10 @@ class _SQLStore(ABC):
                                  "dagwright_meta version record; it was not made by dagwright "
                                  "or is damaged. Point ORCH_STORE_URL elsewhere.")
             await self._transaction([*((s, ()) for s in _SCHEMA_V1), (
-                "INSERT INTO dagwright_meta (key, value) VALUES ('schema_version', ?)",
-                (str(SCHEMA_VERSION),))])
-            return
-        rows = await self._fetch("SELECT value FROM dagwright_meta WHERE key = 'schema_version'")
-        try:
-            version = int(rows[0][0])
-        except (IndexError, ValueError) as exc:
-            raise StoreError(f"run store {self.url}: its schema version record is missing or "
-                             "unreadable; the database is damaged.") from exc
+                "INSERT INTO dagwright_meta (key, value) VALUES ('schema_version', '1')", ())])
+            version = 1
+        else:
+            version = await self._version()
         if version > SCHEMA_VERSION:
             raise StoreError(f"run store {self.url} was written by a newer dagwright (layout "
                              f"version {version}, this one knows {SCHEMA_VERSION}); upgrade "
@@ -186,6 +196,14 @@ class _SQLStore(ABC):
             await self._transaction([*((s, ()) for s in _MIGRATIONS[current]), (
                 "UPDATE dagwright_meta SET value = ? WHERE key = 'schema_version'",
                 (str(current + 1),))])
+
+    async def _version(self) -> int:
+        rows = await self._fetch("SELECT value FROM dagwright_meta WHERE key = 'schema_version'")
+        try:
+            return int(rows[0][0])
+        except (IndexError, ValueError) as exc:
+            raise StoreError(f"run store {self.url}: its schema version record is missing or "
+                             "unreadable; the database is damaged.") from exc
 
     # --- the interface --------------------------------------------------------------
     async def create_run(self, write: SaveRun, *, owner: str, lease_until: float) -> bool:
@@ -230,6 +248,13 @@ class _SQLStore(ABC):
         ]
         return StoredRun(state, attempts, outputs, calls, owner, until)
 
+    async def load_events(self, run_id: str, *, after: int = 0) -> list[RunEvent]:
+        rows = await self._fetch(
+            "SELECT seq, type, at, data FROM dagwright_events WHERE run_id = ? AND seq > ? "
+            "ORDER BY seq", (run_id, after))
+        return [RunEvent(run_id=run_id, seq=seq, type=kind, at=at, data=json.loads(data))
+                for seq, kind, at, data in rows]
+
     async def acquire(self, run_id: str, *, owner: str, now: float, until: float,
                       steal_from: str | None = None) -> bool:
         (count,) = await self._transaction([(
@@ -258,7 +283,8 @@ class _SQLStore(ABC):
         params = (*_FINISHED, cutoff)
         counts = await self._transaction([
             *((f"DELETE FROM {table} WHERE run_id IN ({old})", params)
-              for table in ("dagwright_steps", "dagwright_attempts", "dagwright_calls")),
+              for table in ("dagwright_steps", "dagwright_attempts", "dagwright_calls",
+                            "dagwright_events")),
             (f"DELETE FROM dagwright_runs WHERE run_id IN ({old})", params),
         ])
         return counts[-1]

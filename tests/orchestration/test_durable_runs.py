@@ -328,3 +328,28 @@ def test_the_cli_lists_shows_and_resumes_stored_runs(tools: SideEffectTools, tmp
     assert missing.returncode == 2 and "no run 'nope'" in missing.stderr
     no_catalog = cli("resume", "cli-1")
     assert no_catalog.returncode == 2 and "ORCH_CATALOG" in no_catalog.stderr
+
+
+# --- the layout is versioned --------------------------------------------------------------
+
+def test_an_older_store_layout_is_migrated_and_a_newer_one_refused(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    from orchestration.store._sql import _SCHEMA_V1  # the layout of dagwright's first store
+
+    old = tmp_path / "v1.db"
+    with sqlite3.connect(old) as conn:
+        for statement in _SCHEMA_V1:
+            conn.execute(statement)
+        conn.execute("INSERT INTO dagwright_meta (key, value) VALUES ('schema_version', '1')")
+    orch = _orchestrator(tools, f"sqlite:///{old}")
+    result = orch.run(QUERY, plan=pay_plan("pay"), run_id="migrated")
+    assert result.status == "succeeded"
+    assert [e.type for e in orch.get_events("migrated")][-1] == "run_finished"  # v2's events
+    with sqlite3.connect(old) as conn:
+        assert conn.execute("SELECT value FROM dagwright_meta").fetchone() == ("2",)
+
+    with sqlite3.connect(old) as conn:
+        conn.execute("UPDATE dagwright_meta SET value = '99'")
+    with pytest.raises(StoreError, match="written by a newer dagwright"):
+        _orchestrator(tools, f"sqlite:///{old}").run(QUERY, plan=pay_plan("pay"))

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from orchestration import Catalog, CatalogError, ErrorCategory
+from orchestration import Approval, Catalog, CatalogError, ErrorCategory
 from orchestration.llm.base import LLMRequest
 from tests.support.sources import STDIO_COMMAND, block, mcp_http_server, orchestrator
 
@@ -49,13 +49,13 @@ def test_tools_become_capabilities_with_schemas_and_flags(calc: Catalog) -> None
     assert add.input_schema["properties"]["a"]["type"] == "integer"
     assert add.input_schema["required"] == ["a", "b"]
     assert add.output_schema is not None and "total" in add.output_schema["properties"]
-    # annotations: readOnly/idempotent hints → idempotent; destructive (the MCP default
-    # for a tool that is not read-only) → requires_approval
+    # annotations: readOnly/idempotent hints → idempotent; an explicit destructiveHint →
+    # requires_approval (an unannotated tool does not pause runs)
     assert (add.idempotent, add.requires_approval) == (True, False)
     schedule = calc.get("calc", "schedule")
     assert (schedule.idempotent, schedule.requires_approval) == (True, False)
     note = calc.get("calc", "note")
-    assert (note.idempotent, note.requires_approval) == (False, True)
+    assert (note.idempotent, note.requires_approval) == (False, False)
     assert calc.get("calc", "crash").requires_approval is True
     assert calc.tools["calc"] == "Arithmetic and scheduling for the tests."
     assert "invoker" not in add.model_dump() and "invoker" not in repr(add)
@@ -143,7 +143,11 @@ def test_a_crash_is_a_service_error_and_the_next_call_reopens_the_session() -> N
     catalog = Catalog()
     catalog.add_mcp_server("calc", command=STDIO_COMMAND)
     try:
-        result = orchestrator(catalog, [one_step("crash", {})]).run("crash it")
+        orch = orchestrator(catalog, [one_step("crash", {})])
+        paused = orch.run("crash it")  # destructiveHint: a person approves the call first
+        assert paused.status == "awaiting_approval"
+        assert [(p.step_id, p.capability) for p in paused.pending_approvals] == [("s1", "crash")]
+        result = orch.resume(paused.run_id, approvals={"s1": Approval(approved=True)})
         error = result.steps["s1"].error
         assert error is not None and error.category == ErrorCategory.SERVICE_ERROR
         assert error.code == "MCP_CONNECTION_CLOSED" and error.request_sent

@@ -1,0 +1,99 @@
+"""Where a run's events go: the caller's callback, a stream's queue, and the run store.
+
+One :class:`EventSink` per run numbers the events and hands each, in order, to every
+consumer. A consumer that raises never breaks the run: the first failure is logged and
+that consumer gets nothing more. An async callback is awaited by a consumer task of its
+own, so a slow consumer delays neither the run nor the other consumers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from orchestration.events import EventType, RunEvent
+
+if TYPE_CHECKING:
+    from orchestration.state import RunState
+    from orchestration.store._recorder import RunRecorder
+
+__all__ = ["EventCallback", "EventSink"]
+
+log = logging.getLogger("dagwright.events")
+
+EventCallback = Callable[[RunEvent], Awaitable[None] | None]
+
+
+class EventSink:
+    """Numbers a run's events and delivers them to its consumers, in order."""
+
+    def __init__(self, run: RunState, recorder: RunRecorder | None = None) -> None:
+        self.run = run
+        self.recorder = recorder
+        self._callbacks: list[EventCallback] = []
+        self._queues: list[asyncio.Queue[RunEvent | None]] = []
+        self._tasks: list[asyncio.Future[Any]] = []
+        self._broken: set[int] = set()
+
+    def subscribe(self, callback: EventCallback) -> None:
+        """Call ``callback(event)`` for every event from now on (sync, or async: awaited
+        in order on a consumer task of its own)."""
+        if inspect.iscoroutinefunction(callback):
+            queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
+            self._tasks.append(asyncio.get_running_loop().create_task(
+                self._consume(callback, queue), name=f"dagwright-events-{self.run.run_id}"))
+            self._queues.append(queue)
+        else:
+            self._callbacks.append(callback)
+
+    def queue(self) -> asyncio.Queue[RunEvent | None]:
+        """A queue that receives every event from now on, and None when the run ends."""
+        queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
+        self._queues.append(queue)
+        return queue
+
+    def emit(self, type: EventType, **data: Any) -> RunEvent:
+        """Record one event and hand it to every consumer."""
+        self.run.event_seq += 1
+        event = RunEvent(run_id=self.run.run_id, seq=self.run.event_seq, type=type,
+                         at=time.time(), data=data)
+        if self.recorder is not None:
+            self.recorder.save_event(event)
+        for index, callback in enumerate(self._callbacks):
+            if index in self._broken:
+                continue
+            try:
+                result = callback(event)
+                if inspect.isawaitable(result):  # a sync function returning an awaitable
+                    self._tasks.append(asyncio.ensure_future(result))
+            except Exception:
+                self._broken.add(index)
+                log.exception("run %s: the on_event callback raised; it gets no more events "
+                              "(the run goes on)", self.run.run_id)
+        for queue in self._queues:
+            queue.put_nowait(event)
+        return event
+
+    async def close(self) -> None:
+        """The run is over: end the streams and let async callbacks drain."""
+        for queue in self._queues:
+            queue.put_nowait(None)
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _consume(self, callback: Callable[[RunEvent], Awaitable[None]],
+                       queue: asyncio.Queue[RunEvent | None]) -> None:
+        broken = False
+        while (event := await queue.get()) is not None:
+            if broken:
+                continue  # drain, so the queue does not grow for the rest of the run
+            try:
+                await callback(event)
+            except Exception:
+                broken = True
+                log.exception("run %s: the on_event callback raised; it gets no more events "
+                              "(the run goes on)", self.run.run_id)
