@@ -111,6 +111,7 @@ class Catalog:
         timeout_s: float | None = None,
         run_in_thread: bool = False,
         examples: list[dict[str, Any]] | None = None,
+        requires_approval: bool = False,
     ) -> Capability:
         """Register an in-process tool. ``fn`` is called with the parameters as keywords.
 
@@ -133,6 +134,7 @@ class Catalog:
             timeout_s=timeout_s,
             run_in_thread=run_in_thread,
             examples=examples or [],
+            requires_approval=requires_approval,
         )
 
     def add_http(
@@ -348,6 +350,7 @@ class Catalog:
         timeout_s: float | None = None,
         run_in_thread: bool = False,
         examples: list[dict[str, Any]] | None = None,
+        requires_approval: bool = False,
     ) -> Any:
         """Decorator registering a Python function as capability ``name`` (``"calc.add"``).
 
@@ -363,6 +366,7 @@ class Catalog:
                 self, fn, name=name if isinstance(name, str) else None,
                 description=description, idempotent=idempotent, timeout_s=timeout_s,
                 run_in_thread=run_in_thread, examples=examples,
+                requires_approval=requires_approval,
             )
             return fn
 

@@ -14,10 +14,11 @@ from prometheus_client import CollectorRegistry
 from orchestration.catalog import Catalog
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import DagwrightError
+from orchestration.events import RunEvent
 from orchestration.llm.scripted import ScriptedLLM
 from orchestration.orchestrator import Orchestrator
 from orchestration.plan import ValidatedPlan
-from orchestration.result import RunResult
+from orchestration.result import Approval, PendingApproval, RunResult
 from orchestration.store import RunStore
 
 __all__ = ["build_parser", "main", "render_plan", "render_result"]
@@ -70,6 +71,9 @@ def render_result(result: RunResult, out: TextIO) -> None:
             out.write(f"      output: {json.dumps(step.output)[:300]}\n")
         if step.skipped_reason:
             out.write(f"      skipped: {step.skipped_reason}\n")
+        if step.status in ("failed", "unknown") and step.error is not None:
+            out.write(f"      {step.status}: {step.error.category.value}/{step.error.code}: "
+                      f"{step.error.message[:200]}\n")
         if step.error is not None and step.error.details.get("gave_up"):
             out.write(f"      stopped: {step.error.details['gave_up']}\n")
     u = result.usage
@@ -135,8 +139,9 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     metrics_server = serve_metrics(port) if port is not None else None
     try:
         orch = Orchestrator.from_env(config=config, tracer_provider=provider)
+        progress = Progress(sys.stderr)
         try:
-            result = orch.run(args.query)
+            result = orch.run(args.query, on_event=progress)
         finally:
             orch.close()  # MCP servers the catalog started
     finally:
@@ -296,6 +301,115 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     return 0 if result.status == "succeeded" else 1
 
 
+class Progress:
+    """Live progress of a run from its events, on stderr (stdout stays the result).
+
+    On a terminal: a table of steps redrawn in place as they change. Otherwise (a pipe,
+    a log file): one plain line per step event.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.rows: dict[str, str] = {}
+        self.drawn = 0
+
+    def __call__(self, event: RunEvent) -> None:
+        data = event.data
+        if event.type == "plan_ready":
+            self._line(f"plan ready: {data['steps']} step(s) [run {event.run_id}]")
+        elif event.type == "step_started":
+            self._step(data["step_id"], f"running   {data['tool']}.{data['capability']}")
+        elif event.type == "attempt_finished" and data["outcome"] != "succeeded":
+            self._step(data["step_id"], f"attempt {data['attempt']} {data['outcome']} "
+                                        f"({data.get('error_code') or '-'}, by {data['layer']})")
+        elif event.type == "step_finished":
+            self._step(data["step_id"], f"{data['status']:9} after {data['attempts']} attempt(s)")
+        elif event.type == "approval_required":
+            self._step(data["step_id"], f"waiting for approval: {data['reason']}")
+        elif event.type == "run_finished":
+            self._line(f"run {event.run_id} {data['status']}")
+
+    def _line(self, text: str) -> None:
+        self.stream.write(text + "\n")
+        self.drawn = 0  # the table starts again below this line
+        self.stream.flush()
+
+    def _step(self, step_id: str, text: str) -> None:
+        self.rows[step_id] = text
+        if not self.tty:
+            self.stream.write(f"  {step_id}: {text}\n")
+        else:
+            if self.drawn:
+                self.stream.write(f"\x1b[{self.drawn}A")
+            for sid, row in self.rows.items():
+                self.stream.write(f"\x1b[2K  {sid:20} {row}\n")
+            self.drawn = len(self.rows)
+        self.stream.flush()
+
+
+def _pending(run_id: str | None) -> list[tuple[str, PendingApproval]]:
+    """Pending approvals of one run, or of every run that waits."""
+    async def read(store: RunStore) -> list[tuple[str, PendingApproval]]:
+        if run_id is not None:
+            stored = await store.load(run_id)
+            runs = [stored] if stored is not None else []
+        else:
+            runs = [s for r in await store.list_runs(status="awaiting_approval", limit=500)
+                    if (s := await store.load(r.run_id)) is not None]
+        return [(s.state.run_id, p) for s in runs for p in s.state.pending_approvals]
+
+    return _read_store(read)
+
+
+def cmd_approvals_list(args: argparse.Namespace, out: TextIO) -> int:
+    pending = _pending(args.run_id)
+    if args.json:
+        out.write(json.dumps([{"run_id": rid, **p.model_dump(mode="json")} for rid, p in pending],
+                             indent=2) + "\n")
+        return 0
+    if not pending:
+        out.write("no approvals are pending\n")
+    for rid, p in pending:
+        what = f"{p.tool}.{p.capability}" if p.tool else "the whole plan"
+        out.write(f"{rid} {p.step_id}: {what} — {p.reason}\n    params: {json.dumps(p.params)}\n")
+    return 0
+
+
+def _decide(args: argparse.Namespace, out: TextIO, approved: bool) -> int:
+    params = None
+    if approved and args.params is not None:
+        try:
+            params = json.loads(args.params)
+        except ValueError as exc:
+            raise DagwrightError(f"--params is not JSON: {exc}") from exc
+        if not isinstance(params, dict):
+            raise DagwrightError("--params must be a JSON object of the step's parameters")
+    if OrchestratorConfig().catalog is None:
+        raise DagwrightError("deciding continues the run, which calls its tools: set "
+                             "ORCH_CATALOG to the catalog the run was started with")
+    orch = Orchestrator.from_env()
+    try:
+        result = orch.resume(args.run_id, approvals={
+            args.step_id: Approval(approved=approved, params=params, note=args.note)},
+            on_event=Progress(sys.stderr))
+    finally:
+        orch.close()
+    if args.json:
+        out.write(json.dumps(result.to_dict(), indent=2) + "\n")
+    else:
+        render_result(result, out)
+    return 0 if result.status in ("succeeded", "awaiting_approval") else 1
+
+
+def cmd_approve(args: argparse.Namespace, out: TextIO) -> int:
+    return _decide(args, out, approved=True)
+
+
+def cmd_reject(args: argparse.Namespace, out: TextIO) -> int:
+    return _decide(args, out, approved=False)
+
+
 def _add_run_history_commands(sub: Any) -> None:
     runs = sub.add_parser("runs", help="the run history in the run store (ORCH_STORE_URL)")
     runs_sub = runs.add_subparsers(dest="runs_command", required=True)
@@ -313,6 +427,25 @@ def _add_run_history_commands(sub: Any) -> None:
     resume.add_argument("run_id")
     resume.add_argument("--json", action="store_true")
     resume.set_defaults(fn=cmd_resume)
+    approvals = sub.add_parser("approvals", help="calls waiting for a person")
+    approvals_sub = approvals.add_subparsers(dest="approvals_command", required=True)
+    pending = approvals_sub.add_parser("list", help="pending approvals, of one run or of all")
+    pending.add_argument("run_id", nargs="?")
+    pending.add_argument("--json", action="store_true")
+    pending.set_defaults(fn=cmd_approvals_list)
+    approve = sub.add_parser("approve", help="approve a pending call and continue the run")
+    approve.add_argument("run_id")
+    approve.add_argument("step_id", help="the step (or @plan for the whole plan)")
+    approve.add_argument("--params", help="edited parameters as a JSON object")
+    approve.add_argument("--note")
+    approve.add_argument("--json", action="store_true")
+    approve.set_defaults(fn=cmd_approve)
+    reject = sub.add_parser("reject", help="reject a pending call; the run goes on without it")
+    reject.add_argument("run_id")
+    reject.add_argument("step_id")
+    reject.add_argument("--note", required=True, help="why (kept in the step's error)")
+    reject.add_argument("--json", action="store_true")
+    reject.set_defaults(fn=cmd_reject)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -78,6 +78,7 @@ def register_function(
     timeout_s: float | None,
     run_in_thread: bool,
     examples: list[dict[str, Any]] | None,
+    requires_approval: bool = False,
 ) -> Capability:
     """Derive the schemas of ``fn`` and add it to ``catalog`` (the ``@catalog.tool`` body)."""
     if not callable(fn):
@@ -90,6 +91,6 @@ def register_function(
         input_schema=schema.input_schema, output_schema=schema.output_schema,
         description=description if description is not None else inspect.getdoc(fn) or "",
         idempotent=idempotent, timeout_s=timeout_s, run_in_thread=run_in_thread,
-        examples=examples,
+        examples=examples, requires_approval=requires_approval,
     )
     return cap
