@@ -22,7 +22,7 @@ from executors._executor import Executor
 from executors._resume import resume_point
 from executors.layers import default_handlers
 from executors.recovery import RecoveryHandler
-from orchestration._synthesis import synthesize
+from orchestration._synthesis import answer_run
 from orchestration._transport import ToolTransport
 from orchestration.catalog import Catalog
 from orchestration.clock import Clock
@@ -31,7 +31,6 @@ from orchestration.debug_store import LLMDebugStore
 from orchestration.errors import (
     ConfigError,
     DagwrightError,
-    LLMError,
     PlanningError,
     PlanValidationError,
     RunNotFound,
@@ -301,13 +300,8 @@ class Orchestrator:
             status = await self._replan_phase(run, services, validated)
         run.finish(status)
         if self.config.synthesis_enabled and status != "failed":
-            try:
-                async with asyncio.timeout_at(services.deadline):
-                    run.answer = await synthesize(run, services)
-            except TimeoutError:
-                run.warn(f"answer synthesis skipped: {limit} passed")
-            except LLMError as exc:
-                run.warn(f"answer synthesis failed: {exc}")
+            # streamed to services.on_answer_delta when a run has a consumer for it
+            await answer_run(run, services, services.on_answer_delta)
 
     async def _replan_phase(
         self, run: RunState, services: RunServices, validated: ValidatedPlan
