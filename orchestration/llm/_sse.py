@@ -13,7 +13,8 @@ and the core dependencies stay lean; what needed care is around it: the deadline
 :class:`EventStream` owns one streamed HTTP response. ``timeout_s`` bounds the whole
 call, from sending the request to the last byte, exactly as
 :func:`~orchestration.llm._http.post_json` does: a server trickling a byte now and then
-never trips httpx's per-read timeout, so every wait is also bounded by one deadline. The
+never trips httpx's per-read timeout, so every wait is also bounded by one deadline (wall
+clock: time a consumer spends between deltas counts too). The
 deadline is applied per wait, never as a scope around a ``yield`` (a timeout scope left
 open across a yield would cancel whatever the consumer happens to be doing). Every
 failure becomes an :class:`~orchestration.errors.LLMError`; once the answer has begun,
