@@ -78,6 +78,10 @@ class EventSink:
             queue.put_nowait(event)
         return event
 
+    def answer_delta(self, text: str) -> None:
+        """A piece of the answer as the model streams it (``answer_delta``)."""
+        self.emit("answer_delta", text=text)
+
     async def close(self) -> None:
         """The run is over: end the streams and let async callbacks drain."""
         for queue in self._queues:

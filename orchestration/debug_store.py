@@ -182,9 +182,7 @@ class LLMDebugStore:
             "usage": ({"input_tokens": response.usage.input_tokens,
                        "output_tokens": response.usage.output_tokens}
                       if response is not None else None),
-            "error": ({"type": type(error).__name__,
-                       "message": _clipped(redactor.redact(str(error)), 2000)[0]}
-                      if error is not None else None),
+            "error": _error_entry(error, redactor, self.max_chars),
             "truncated": truncated,
         }
         if request.metadata:
@@ -194,6 +192,20 @@ class LLMDebugStore:
     def close(self) -> None:
         with self._lock:
             self._handler.close()
+
+
+def _error_entry(
+    error: BaseException | None, redactor: Redactor, max_chars: int
+) -> dict[str, Any] | None:
+    """A failed call's error; a stream cut midway also keeps the text it had received."""
+    if error is None:
+        return None
+    entry: dict[str, Any] = {"type": type(error).__name__,
+                             "message": _clipped(redactor.redact(str(error)), 2000)[0]}
+    partial = getattr(error, "partial", None)
+    if isinstance(partial, str) and partial:
+        entry["partial"] = _clipped(redactor.redact(partial), max_chars)[0]
+    return entry
 
 
 _STORES: dict[Path, LLMDebugStore] = {}

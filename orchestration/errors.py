@@ -207,7 +207,12 @@ class LLMErrorKind(StrEnum):
 
 
 class LLMError(DagwrightError):
-    """An LLM call failed. ``kind`` classifies it; ``retry_after_s`` comes from a 429."""
+    """An LLM call failed. ``kind`` classifies it; ``retry_after_s`` comes from a 429.
+
+    ``partial`` is set when a streamed answer failed after it had started: the text
+    received before the failure (possibly empty), so a caller can show what arrived.
+    It is ``None`` for a call that failed before any answer began.
+    """
 
     def __init__(
         self,
@@ -218,12 +223,14 @@ class LLMError(DagwrightError):
         retry_after_s: float | None = None,
         provider: str | None = None,
         raw: str | None = None,
+        partial: str | None = None,
     ) -> None:
         self.kind = kind
         self.status = status
         self.retry_after_s = retry_after_s
         self.provider = provider
         self.raw = raw
+        self.partial = partial
         prefix = f"{provider}: " if provider else ""
         suffix = f" (HTTP {status})" if status is not None else ""
         super().__init__(f"{prefix}LLM {kind.value} error{suffix}: {message}")

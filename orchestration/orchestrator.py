@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import re
 import time
@@ -24,7 +25,7 @@ from executors._resume import resume_point
 from executors.layers import default_handlers
 from executors.recovery import RecoveryHandler
 from orchestration._events import EventCallback, EventSink
-from orchestration._synthesis import synthesize
+from orchestration._synthesis import answer_run
 from orchestration._transport import ToolTransport
 from orchestration.catalog import Catalog
 from orchestration.clock import Clock
@@ -34,7 +35,6 @@ from orchestration.errors import (
     ApprovalError,
     ConfigError,
     DagwrightError,
-    LLMError,
     PlanningError,
     PlanValidationError,
     RunNotFound,
@@ -379,7 +379,10 @@ class Orchestrator:
         started = time.perf_counter()
         services = self._services(run, recorder)
         if on_event is not None:
+            # someone watches the run live: the answer streams to them as it is written
             services.events.subscribe(on_event)
+            services = dataclasses.replace(services,
+                                           on_answer_delta=services.events.answer_delta)
         planned_by = "resume" if stored is not None else "caller" if plan is not None else "llm"
         try:
             with self.observer.run(run, planned_by=planned_by) as observation:
@@ -450,13 +453,8 @@ class Orchestrator:
             status = await self._replan_phase(run, services, validated)
         run.finish(status)
         if self.config.synthesis_enabled and status != "failed":
-            try:
-                async with asyncio.timeout_at(services.deadline):
-                    run.answer = await synthesize(run, services)
-            except TimeoutError:
-                run.warn(f"answer synthesis skipped: {limit} passed")
-            except LLMError as exc:
-                run.warn(f"answer synthesis failed: {exc}")
+            # streamed to services.on_answer_delta when a run has a consumer for it
+            await answer_run(run, services, services.on_answer_delta)
 
     async def _replan_phase(
         self, run: RunState, services: RunServices, validated: ValidatedPlan

@@ -8,6 +8,7 @@ the deadline is the run's own) and rebuilt where a stored run continues.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from orchestration._events import EventSink
@@ -20,7 +21,10 @@ from orchestration.llm._gateway import LLMGateway
 from orchestration.store._recorder import RunRecorder
 from orchestration.telemetry._observer import Observer
 
-__all__ = ["RunServices"]
+__all__ = ["AnswerDeltaConsumer", "RunServices"]
+
+AnswerDeltaConsumer = Callable[[str], Awaitable[None] | None]
+"""Receives each piece of a streamed answer as it is written, in order; sync or async."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +34,9 @@ class RunServices:
     ``catalog`` is the snapshot the run planned with; ``layers`` the global layer
     settings (a capability's overrides are applied per step); ``recorder`` writes the run
     to its store; ``events`` numbers and delivers its events; ``deadline`` is event-loop
-    time after which nothing new starts.
+    time after which nothing new starts. ``on_answer_delta``, when set, receives the
+    answer as it is streamed (the text of ``answer_delta`` events); without it the
+    answer is asked for whole.
     """
 
     catalog: Catalog
@@ -43,3 +49,4 @@ class RunServices:
     events: EventSink
     clock: Clock
     deadline: float
+    on_answer_delta: AnswerDeltaConsumer | None = None

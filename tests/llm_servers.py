@@ -16,6 +16,11 @@ Usage::
 
 or through the fixtures ``openai_server`` / ``anthropic_server`` / ``closed_port_url``.
 
+Streamed answers (``"stream": true``) are scripted with ``stream_answer`` and friends:
+server-sent events written one by one with chunked transfer encoding, as the providers
+send them, optionally ``delay_s`` apart, dropped midway (``cut_after``), interrupted by
+an error event (``error_after``) or trickled a byte at a time (``byte_delay_s``).
+
 When the queue is empty a server answers 500 "no scripted reply left", so an
 unexpected extra call fails loudly instead of getting a plausible answer.
 """
@@ -28,7 +33,7 @@ import socket
 import socketserver
 import threading
 from collections import deque
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
@@ -37,6 +42,7 @@ import pytest
 
 JSONBody = Any
 BodyBuilder = Callable[["ReceivedRequest"], JSONBody]
+StreamBuilder = Callable[["ReceivedRequest"], list[bytes]]
 
 
 @dataclass
@@ -58,6 +64,11 @@ class Behaviour:
     ``body`` is JSON (or a function of the request returning JSON); ``raw`` overrides it
     with literal bytes. ``delay_s`` waits before answering; ``drop`` closes the
     connection without answering (after the delay, so ``hang`` is delay + drop).
+
+    ``stream`` makes it a streamed answer instead: the events it builds are written as
+    HTTP chunks, ``event_delay_s`` apart (each byte ``byte_delay_s`` apart when set);
+    with ``drop`` the connection is closed after the last event without ending the
+    chunked body, the way a connection lost mid-stream looks to the client.
     """
 
     status: int = 200
@@ -67,6 +78,9 @@ class Behaviour:
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
     drop: bool = False
+    stream: StreamBuilder | None = None
+    event_delay_s: float = 0.0
+    byte_delay_s: float = 0.0
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -134,6 +148,9 @@ class _Handler(BaseHTTPRequestHandler):
 
         if behaviour.delay_s:
             fake._stopping.wait(behaviour.delay_s)  # cut short when the server stops
+        if behaviour.stream is not None:
+            self._send_stream(behaviour, behaviour.stream(request))
+            return
         if behaviour.drop or fake._stopping.is_set():
             self.close_connection = True
             return
@@ -151,6 +168,35 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(payload)
         except OSError:  # the client gave up (timed out) meanwhile
+            self.close_connection = True
+
+
+    def _send_stream(self, behaviour: Behaviour, events: list[bytes]) -> None:
+        """Write ``events`` as a chunked ``text/event-stream`` body, paced as scripted."""
+        stopping = self.server.fake._stopping
+        try:
+            self.send_response(behaviour.status)
+            self.send_header("Content-Type", behaviour.content_type)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Cache-Control", "no-cache")
+            for name, value in behaviour.headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            for number, event in enumerate(events):
+                if number and behaviour.event_delay_s and stopping.wait(behaviour.event_delay_s):
+                    break
+                pieces = ([event[i:i + 1] for i in range(len(event))]
+                          if behaviour.byte_delay_s else [event])
+                for piece in pieces:
+                    if behaviour.byte_delay_s and stopping.wait(behaviour.byte_delay_s):
+                        break
+                    if piece:  # an empty chunk would end the body
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            if behaviour.drop or stopping.is_set():
+                self.close_connection = True
+                return
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:  # the client gave up meanwhile
             self.close_connection = True
 
 
@@ -265,6 +311,20 @@ class _FakeLLMServer:
         """Close the connection after reading the request, without any answer."""
         return self.push(Behaviour(drop=True))
 
+    def stream_raw(
+        self,
+        events: list[bytes] | StreamBuilder,
+        *,
+        cut: bool = False,
+        event_delay_s: float = 0.0,
+        byte_delay_s: float = 0.0,
+        content_type: str = "text/event-stream",
+    ) -> Self:
+        """Stream these literal server-sent events (framing edge cases, odd servers)."""
+        build = events if callable(events) else (lambda _request: list(events))
+        return self.push(Behaviour(stream=build, drop=cut, event_delay_s=event_delay_s,
+                                   byte_delay_s=byte_delay_s, content_type=content_type))
+
     # --- to be specialised per protocol ----------------------------------------------
 
     def _error_body(self, status: int, message: str, error_type: str | None) -> JSONBody:
@@ -352,6 +412,81 @@ class FakeOpenAIServer(_FakeLLMServer):
         return self.push(Behaviour(
             body=lambda r: self._completion(r, message, finish_reason, (11, 7), None)
         ))
+
+    def stream_answer(
+        self,
+        chunks: Sequence[str],
+        *,
+        finish_reason: str | None = "stop",
+        prompt_tokens: int = 11,
+        completion_tokens: int = 7,
+        model: str | None = None,
+        delay_s: float = 0.0,
+        first_delay_s: float = 0.0,
+        cut_after: int | None = None,
+        error_after: int | None = None,
+        error: tuple[str, str] = ("server_error", "The server had an error"),
+        byte_delay_s: float = 0.0,
+        done: bool = True,
+    ) -> Self:
+        """Stream ``chunks`` as ``choices[0].delta.content``, the way OpenAI does.
+
+        A first chunk with the role, one per text chunk, one with ``finish_reason``, one
+        with ``usage`` when the request asked for it (``stream_options.include_usage``),
+        then ``data: [DONE]`` (unless ``done`` is False). ``cut_after=n`` drops the
+        connection after the n-th text chunk; ``error_after=n`` sends an error chunk
+        ``(type, message)`` after it and ends the stream.
+        """
+
+        def build(request: ReceivedRequest) -> list[bytes]:
+            base = {"id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion.chunk",
+                    "created": 1_700_000_000, "model": model or request.body.get("model")}
+
+            def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+                choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+                return _data({**base, "choices": [choice]})
+
+            events = [chunk({"role": "assistant", "content": ""})]
+            for number, text in enumerate(chunks, start=1):
+                events.append(chunk({"content": text}))
+                if number == cut_after:
+                    return events
+                if number == error_after:
+                    return [*events, _data({"error": {"message": error[1], "type": error[0],
+                                                      "param": None, "code": None}})]
+            events.append(chunk({}, finish_reason))
+            options = request.body.get("stream_options") or {}
+            if options.get("include_usage"):
+                events.append(_data({**base, "choices": [], "usage": {
+                    "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens}}))
+            if done:
+                events.append(b"data: [DONE]\n\n")
+            return events
+
+        return self.push(Behaviour(stream=build, delay_s=first_delay_s, event_delay_s=delay_s,
+                                   byte_delay_s=byte_delay_s, drop=cut_after is not None,
+                                   content_type="text/event-stream"))
+
+    def stream_tool_call(self, argument_chunks: Sequence[str], *, name: str = "response") -> Self:
+        """Stream a tool call's arguments (content null), as function-calling servers do."""
+
+        def build(request: ReceivedRequest) -> list[bytes]:
+            base = {"id": "chatcmpl-tool", "object": "chat.completion.chunk",
+                    "created": 1_700_000_000, "model": request.body.get("model")}
+            calls = [{"index": 0, "id": "call_1", "type": "function",
+                      "function": {"name": name, "arguments": ""}}]
+            events = [_data({**base, "choices": [{"index": 0, "finish_reason": None, "delta": {
+                "role": "assistant", "content": None, "tool_calls": calls}}]})]
+            for piece in argument_chunks:
+                delta = {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
+                events.append(_data({**base, "choices": [
+                    {"index": 0, "delta": delta, "finish_reason": None}]}))
+            events.append(_data({**base, "choices": [
+                {"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}))
+            return [*events, b"data: [DONE]\n\n"]
+
+        return self.push(Behaviour(stream=build, content_type="text/event-stream"))
 
     def _completion(
         self,
@@ -487,6 +622,104 @@ class FakeAnthropicServer(_FakeLLMServer):
             delay_s=delay_s,
         ))
 
+    def stream_answer(
+        self,
+        chunks: Sequence[str],
+        *,
+        stop_reason: str = "end_turn",
+        input_tokens: int = 13,
+        output_tokens: int = 5,
+        delay_s: float = 0.0,
+        cut_after: int | None = None,
+        error_after: int | None = None,
+        error: tuple[str, str] = ("overloaded_error", "Overloaded"),
+        byte_delay_s: float = 0.0,
+    ) -> Self:
+        """Stream ``chunks`` as ``text_delta`` events, the way the Messages API does.
+
+        ``message_start``, ``content_block_start``, a ``ping``, one
+        ``content_block_delta`` per chunk, ``content_block_stop``, ``message_delta``
+        (stop reason, output usage), ``message_stop``. ``cut_after=n`` drops the
+        connection after the n-th delta; ``error_after=n`` sends an ``error`` event
+        ``(type, message)`` after it and ends the stream.
+        """
+
+        def build(request: ReceivedRequest) -> list[bytes]:
+            events = [self._message_start(request, input_tokens),
+                      _event("content_block_start", {
+                          "type": "content_block_start", "index": 0,
+                          "content_block": {"type": "text", "text": ""}}),
+                      _event("ping", {"type": "ping"})]
+            for number, text in enumerate(chunks, start=1):
+                events.append(_event("content_block_delta", {
+                    "type": "content_block_delta", "index": 0,
+                    "delta": {"type": "text_delta", "text": text}}))
+                if number == cut_after:
+                    return events
+                if number == error_after:
+                    return [*events, _event("error", {
+                        "type": "error", "error": {"type": error[0], "message": error[1]}})]
+            return [*events, *self._message_end(0, stop_reason, output_tokens)]
+
+        return self.push(Behaviour(stream=build, event_delay_s=delay_s,
+                                   byte_delay_s=byte_delay_s, drop=cut_after is not None,
+                                   content_type="text/event-stream"))
+
+    def stream_tool_use(
+        self,
+        json_chunks: Sequence[str],
+        *,
+        text_before: str | None = None,
+        input_tokens: int = 13,
+        output_tokens: int = 5,
+        delay_s: float = 0.0,
+    ) -> Self:
+        """Stream a forced tool call: its input as ``input_json_delta`` pieces, after an
+        optional text block, the tool named after the request's ``tool_choice``."""
+
+        def build(request: ReceivedRequest) -> list[bytes]:
+            tool = (request.body.get("tool_choice") or {}).get("name") or "tool"
+            events = [self._message_start(request, input_tokens)]
+            index = 0
+            if text_before:
+                events += [
+                    _event("content_block_start", {"type": "content_block_start", "index": 0,
+                                                   "content_block": {"type": "text",
+                                                                     "text": ""}}),
+                    _event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                   "delta": {"type": "text_delta",
+                                                             "text": text_before}}),
+                    _event("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                ]
+                index = 1
+            events.append(_event("content_block_start", {
+                "type": "content_block_start", "index": index,
+                "content_block": {"type": "tool_use", "id": "toolu_01", "name": tool,
+                                  "input": {}}}))
+            for piece in json_chunks:
+                events.append(_event("content_block_delta", {
+                    "type": "content_block_delta", "index": index,
+                    "delta": {"type": "input_json_delta", "partial_json": piece}}))
+            return [*events, *self._message_end(index, "tool_use", output_tokens)]
+
+        return self.push(Behaviour(stream=build, event_delay_s=delay_s,
+                                   content_type="text/event-stream"))
+
+    def _message_start(self, request: ReceivedRequest, input_tokens: int) -> bytes:
+        return _event("message_start", {"type": "message_start", "message": {
+            "id": f"msg_{len(self.requests)}", "type": "message", "role": "assistant",
+            "model": request.body.get("model"), "content": [], "stop_reason": None,
+            "stop_sequence": None, "usage": {"input_tokens": input_tokens, "output_tokens": 1}}})
+
+    def _message_end(self, index: int, stop_reason: str, output_tokens: int) -> list[bytes]:
+        return [
+            _event("content_block_stop", {"type": "content_block_stop", "index": index}),
+            _event("message_delta", {"type": "message_delta",
+                                     "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                                     "usage": {"output_tokens": output_tokens}}),
+            _event("message_stop", {"type": "message_stop"}),
+        ]
+
     def _message(
         self,
         request: ReceivedRequest,
@@ -554,6 +787,19 @@ class FakeAnthropicServer(_FakeLLMServer):
             if choice.get("name") not in names:
                 return self._invalid(f"tool_choice: tool {choice.get('name')!r} not in tools")
         return None
+
+
+# --- server-sent events ----------------------------------------------------------------------
+
+
+def _data(value: JSONBody) -> bytes:
+    """One ``data:`` event, the OpenAI framing."""
+    return b"data: " + json.dumps(value).encode() + b"\n\n"
+
+
+def _event(name: str, value: JSONBody) -> bytes:
+    """One named event, the Anthropic framing."""
+    return f"event: {name}\n".encode() + _data(value)
 
 
 # --- fixtures --------------------------------------------------------------------------------

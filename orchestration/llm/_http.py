@@ -105,32 +105,45 @@ async def post_json(
     try:
         async with asyncio.timeout(timeout_s):
             return await client.post(url, json=payload, headers=dict(headers), timeout=timeout_s)
-    except (httpx.TimeoutException, TimeoutError) as exc:
-        raise LLMError(
+    except (httpx.HTTPError, TimeoutError) as exc:
+        raise transport_error(exc, url, timeout_s=timeout_s, provider=provider,
+                              secret=secret) from exc
+
+
+def transport_error(
+    exc: httpx.HTTPError | TimeoutError,
+    url: str,
+    *,
+    timeout_s: float,
+    provider: str,
+    secret: str | None,
+) -> LLMError:
+    """The :class:`LLMError` for a request that got no answer (nothing was received)."""
+    if isinstance(exc, httpx.TimeoutException | TimeoutError):
+        return LLMError(
             LLMErrorKind.TIMEOUT,
             f"no answer from {url} within {timeout_s:g}s ({type(exc).__name__})",
             provider=provider,
-        ) from exc
-    except httpx.ConnectError as exc:
-        raise LLMError(
+        )
+    if isinstance(exc, httpx.ConnectError):
+        return LLMError(
             LLMErrorKind.CONNECTION,
             redact(f"cannot connect to {url}: {exc or type(exc).__name__}", secret),
             provider=provider,
-        ) from exc
-    except (httpx.NetworkError, httpx.RemoteProtocolError, httpx.ProxyError) as exc:
+        )
+    if isinstance(exc, httpx.NetworkError | httpx.RemoteProtocolError | httpx.ProxyError):
         # Connection reset, or closed before a complete answer arrived.
-        raise LLMError(
+        return LLMError(
             LLMErrorKind.CONNECTION,
             redact(f"connection to {url} failed: {exc or type(exc).__name__}", secret),
             provider=provider,
-        ) from exc
-    except httpx.HTTPError as exc:
-        # Bad URL scheme, local protocol misuse, ...: a configuration problem.
-        raise LLMError(
-            LLMErrorKind.OTHER,
-            redact(f"request to {url} failed: {type(exc).__name__}: {exc}", secret),
-            provider=provider,
-        ) from exc
+        )
+    # Bad URL scheme, local protocol misuse, ...: a configuration problem.
+    return LLMError(
+        LLMErrorKind.OTHER,
+        redact(f"request to {url} failed: {type(exc).__name__}: {exc}", secret),
+        provider=provider,
+    )
 
 
 def error_for_status(response: httpx.Response, *, provider: str, secret: str | None) -> LLMError:

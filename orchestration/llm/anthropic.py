@@ -8,26 +8,37 @@ requested schema; the tool call's ``input`` is then the answer.
 
 Like :mod:`orchestration.llm.openai_compat`, the client never retries: it classifies
 every failure into an :class:`~orchestration.errors.LLMError` for the gateway.
+
+Streaming (:meth:`AnthropicClient.stream`) reads the Messages API's server-sent events:
+``message_start`` (id, model, input usage), ``content_block_start``/``_delta``/``_stop``
+(``text_delta`` for text, ``input_json_delta`` for the forced tool's input),
+``message_delta`` (stop reason, output usage), ``message_stop``, ``ping`` and ``error``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
+from contextlib import aclosing
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import httpx
 
+from orchestration.errors import LLMError, LLMErrorKind
 from orchestration.llm._http import (
     HTTPLLMClient,
     error_for_status,
     json_object_body,
     malformed,
     post_json,
+    provider_error_message,
+    redact,
     token_count,
     tool_name,
 )
-from orchestration.llm.base import LLMRequest, LLMResponse, TokenUsage
+from orchestration.llm._sse import EventStream, SSEEvent, open_event_stream
+from orchestration.llm.base import LLMRequest, LLMResponse, LLMStreamEvent, TokenUsage
 from orchestration.llm.scripted import estimate_tokens
 
 __all__ = ["AnthropicClient", "AnthropicStructuredOutput", "split_messages"]
@@ -46,6 +57,20 @@ _STOP_REASONS = {
 # The property a non-object schema is wrapped in, since a tool's input must be an object.
 _WRAPPED = "value"
 
+# The ``error`` event of a stream has no HTTP status, only the error's type.
+_STREAM_ERROR_KINDS = {
+    "overloaded_error": LLMErrorKind.SERVER,
+    "api_error": LLMErrorKind.SERVER,
+    "rate_limit_error": LLMErrorKind.RATE_LIMIT,
+    "timeout_error": LLMErrorKind.TIMEOUT,
+    "authentication_error": LLMErrorKind.AUTH,
+    "permission_error": LLMErrorKind.AUTH,
+    "invalid_request_error": LLMErrorKind.OTHER,
+    "request_too_large": LLMErrorKind.OTHER,
+    "not_found_error": LLMErrorKind.OTHER,
+    "billing_error": LLMErrorKind.OTHER,
+}
+
 
 class AnthropicClient(HTTPLLMClient):
     """Talks to ``{base_url}/v1/messages``.
@@ -54,7 +79,8 @@ class AnthropicClient(HTTPLLMClient):
     one). ``structured_output``: ``auto`` and ``tool`` both enforce a request's
     ``response_schema`` with a forced tool call; ``none`` leaves the schema to the prompt.
     ``http_client`` lets the caller share a connection pool; the client then leaves
-    closing it to the caller. ``timeout_s`` bounds one whole HTTP call.
+    closing it to the caller. ``timeout_s`` bounds one whole HTTP call, a streamed one
+    from the request to its last byte.
     """
 
     provider = "anthropic"
@@ -86,12 +112,7 @@ class AnthropicClient(HTTPLLMClient):
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """Send one Messages request; raise :class:`LLMError` on any failure."""
-        tool: str | None = None
-        schema: dict[str, Any] | None = None
-        wrapped = False
-        if request.response_schema is not None and self.structured_output != "none":
-            tool = tool_name(request.schema_name)
-            schema, wrapped = _tool_input_schema(request.response_schema)
+        tool, schema, wrapped = self._tool_for(request)
         response = await post_json(
             self._pool(),
             self.url,
@@ -105,10 +126,58 @@ class AnthropicClient(HTTPLLMClient):
             raise error_for_status(response, provider=self.provider, secret=self._api_key)
         return self._parse(response, request, tool=tool, wrapped=wrapped)
 
+    async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamEvent]:
+        """Stream one Messages answer (see :class:`LLMStreamEvent`).
+
+        Without a schema the deltas are the text. With one (forced tool call) they are
+        the tool input's ``input_json_delta`` pieces, so the answer is the JSON text as
+        the model writes it; text the model writes around the call is dropped, as
+        :meth:`complete` drops it. Two cases arrive in one piece at the end instead: a
+        schema that had to be wrapped in ``{"value": ...}`` (the wrapper is removed from
+        the whole JSON) and an answer without a tool call (its text). An ``error`` event
+        raises :class:`LLMError` classified by its type; a cut stream raises kind
+        ``connection`` (or ``timeout``) with the text received so far in ``partial``.
+        """
+        tool, schema, wrapped = self._tool_for(request)
+        async with open_event_stream(
+            self._pool(),
+            self.url,
+            payload={**self._payload(request, tool, schema), "stream": True},
+            headers=self._headers(accept="text/event-stream"),
+            timeout_s=self.timeout_s,
+            provider=self.provider,
+            secret=self._api_key,
+        ) as stream:
+            response = stream.response
+            if not response.is_success:
+                await stream.read_body()
+                raise error_for_status(response, provider=self.provider, secret=self._api_key)
+            if not stream.is_event_stream:
+                # A proxy that ignored "stream": true answered in one piece.
+                whole = self._parse(await stream.read_body(), request, tool=tool,
+                                    wrapped=wrapped)
+                if whole.content:
+                    yield LLMStreamEvent(delta=whole.content)
+                yield LLMStreamEvent(response=whole)
+                return
+            reader = _StreamReader(tool=tool, wrapped=wrapped)
+            stream.received = reader.received
+            async with aclosing(self._stream_events(stream, reader, request)) as events:
+                async for event in events:
+                    yield event
+
     # --- request ---------------------------------------------------------------------
 
-    def _headers(self) -> dict[str, str]:
-        headers = {"Accept": "application/json", "anthropic-version": self.anthropic_version}
+    def _tool_for(self, request: LLMRequest) -> tuple[str | None, dict[str, Any] | None, bool]:
+        """The forced tool's name and input schema for a structured request, and whether
+        the schema had to be wrapped; ``(None, None, False)`` when there is no tool."""
+        if request.response_schema is None or self.structured_output == "none":
+            return None, None, False
+        schema, wrapped = _tool_input_schema(request.response_schema)
+        return tool_name(request.schema_name), schema, wrapped
+
+    def _headers(self, accept: str = "application/json") -> dict[str, str]:
+        headers = {"Accept": accept, "anthropic-version": self.anthropic_version}
         if self._api_key:
             headers["x-api-key"] = self._api_key
         headers.update(self._extra_headers)
@@ -162,8 +231,19 @@ class AnthropicClient(HTTPLLMClient):
             content = "".join(t for t in texts if isinstance(t, str))
 
         usage = data.get("usage")
-        usage = usage if isinstance(usage, dict) else {}
-        model = data.get("model")
+        return self._response(request, content, finish,
+                              usage if isinstance(usage, dict) else {},
+                              data.get("model"), data.get("id"))
+
+    def _response(
+        self,
+        request: LLMRequest,
+        content: str,
+        finish: str | None,
+        usage: Mapping[str, Any],
+        model: object,
+        response_id: object,
+    ) -> LLMResponse:
         return LLMResponse(
             content=content,
             finish_reason=finish,
@@ -172,7 +252,170 @@ class AnthropicClient(HTTPLLMClient):
                 output_tokens=token_count(usage.get("output_tokens"), estimate_tokens(content)),
             ),
             model=model if isinstance(model, str) and model else self.model,
+            response_id=response_id if isinstance(response_id, str) and response_id else None,
         )
+
+    async def _stream_events(
+        self, stream: EventStream, reader: _StreamReader, request: LLMRequest
+    ) -> AsyncGenerator[LLMStreamEvent, None]:
+        async with aclosing(stream.events()) as events:
+            async for event in events:
+                data = _event_data(stream, event)
+                kind = data.get("type") or event.event
+                if kind == "error":
+                    raise _stream_error(stream, data, event.data)
+                if kind == "message_stop":
+                    reader.stopped = True
+                    break
+                delta = reader.read(kind, data)
+                if delta:
+                    yield LLMStreamEvent(delta=delta)
+        if not reader.stopped and reader.stop_reason is None:
+            raise stream.ended_early("message_stop")
+        tail = reader.finish()
+        if tail:
+            yield LLMStreamEvent(delta=tail)
+        raw_stop = reader.stop_reason
+        finish = _STOP_REASONS.get(raw_stop, raw_stop) if raw_stop else None
+        yield LLMStreamEvent(response=self._response(
+            request, reader.received(), finish, reader.usage, reader.model, reader.message_id
+        ))
+
+
+@dataclass
+class _StreamReader:
+    """What a Messages stream has said so far, and which of it is the answer.
+
+    Without a tool the answer is every ``text_delta``, delivered as it comes. With a
+    forced tool it is the ``input_json_delta`` of the first ``tool_use`` block named
+    after the tool, delivered as it comes unless the schema was wrapped; everything else
+    is kept aside for :meth:`finish`, which decides the rest of the answer at the end
+    the way :meth:`AnthropicClient.complete` decides it from a whole message.
+    """
+
+    tool: str | None
+    wrapped: bool
+    emitted: list[str] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    tool_json: dict[int, list[str]] = field(default_factory=dict)
+    tool_start_input: dict[int, Any] = field(default_factory=dict)
+    tool_names: dict[int, str] = field(default_factory=dict)
+    live_block: int | None = None  # the block whose JSON is delivered as it comes
+    usage: dict[str, Any] = field(default_factory=dict)
+    model: object = None
+    message_id: object = None
+    stop_reason: str | None = None
+    stopped: bool = False
+
+    def received(self) -> str:
+        return "".join(self.emitted)
+
+    def _emit(self, text: str) -> str:
+        if text:
+            self.emitted.append(text)
+        return text
+
+    def read(self, kind: object, data: Mapping[str, Any]) -> str:
+        """Take in one event; return the answer text it adds (often none)."""
+        if kind == "message_start":
+            message = data.get("message")
+            message = message if isinstance(message, dict) else {}
+            self.model, self.message_id = message.get("model"), message.get("id")
+            self._add_usage(message.get("usage"))
+        elif kind == "content_block_start":
+            self._start_block(data.get("index"), data.get("content_block"))
+        elif kind == "content_block_delta":
+            delta = data.get("delta")
+            if isinstance(delta, dict):
+                return self._delta(data.get("index"), delta)
+        elif kind == "message_delta":
+            delta = data.get("delta")
+            reason = delta.get("stop_reason") if isinstance(delta, dict) else None
+            if isinstance(reason, str):
+                self.stop_reason = reason
+            self._add_usage(data.get("usage"))
+        # ping, content_block_stop and event types added later carry no answer text
+        return ""
+
+    def _add_usage(self, usage: object) -> None:
+        # message_delta's counts are cumulative: later values replace earlier ones
+        if isinstance(usage, dict):
+            self.usage.update({k: v for k, v in usage.items() if v is not None})
+
+    def _start_block(self, index: object, block: object) -> None:
+        if not isinstance(index, int) or not isinstance(block, dict):
+            return
+        if block.get("type") != "tool_use":
+            return
+        name = block.get("name")
+        self.tool_names[index] = name if isinstance(name, str) else ""
+        self.tool_json[index] = []
+        self.tool_start_input[index] = block.get("input")
+        if self.live_block is None and name == self.tool and not self.wrapped:
+            self.live_block = index
+
+    def _delta(self, index: object, delta: Mapping[str, Any]) -> str:
+        kind = delta.get("type")
+        if kind == "text_delta" and isinstance(delta.get("text"), str):
+            if self.tool is None:
+                return self._emit(delta["text"])
+            self.text.append(delta["text"])
+        elif kind == "input_json_delta" and isinstance(index, int) and index in self.tool_json:
+            piece = delta.get("partial_json")
+            if isinstance(piece, str):
+                self.tool_json[index].append(piece)
+                if index == self.live_block:
+                    return self._emit(piece)
+        # thinking_delta, signature_delta, citations_delta: not part of the answer
+        return ""
+
+    def finish(self) -> str:
+        """The answer text not delivered yet, decided now that the message is whole."""
+        if self.tool is None:
+            return ""
+        if self.live_block is not None:
+            if self.emitted:
+                return ""
+            # a tool call without input deltas: its input came whole in the block start
+            return self._emit(json.dumps(self.tool_start_input.get(self.live_block) or {}))
+        named = [i for i, name in self.tool_names.items() if name == self.tool]
+        index = named[0] if named else min(self.tool_names, default=None)
+        if index is None:
+            return self._emit("".join(self.text))  # no tool call: the text says why
+        text = "".join(self.tool_json[index])
+        try:
+            value = json.loads(text) if text else self.tool_start_input.get(index) or {}
+        except ValueError:
+            return self._emit(text)  # cut short (max_tokens): let the caller see it
+        if self.wrapped and isinstance(value, dict) and _WRAPPED in value:
+            value = value[_WRAPPED]
+        return self._emit(json.dumps(value, ensure_ascii=False))
+
+
+def _event_data(stream: EventStream, event: SSEEvent) -> dict[str, Any]:
+    try:
+        data = json.loads(event.data)
+    except ValueError:
+        raise stream.malformed(f"{event.event} event data is not JSON", event.data) from None
+    if not isinstance(data, dict):
+        raise stream.malformed(f"{event.event} event data is not a JSON object", event.data)
+    return data
+
+
+def _stream_error(stream: EventStream, data: Mapping[str, Any], raw: str) -> LLMError:
+    """An ``error`` event: the API failed after the stream began (e.g. overloaded)."""
+    error = data.get("error")
+    kind_name = error.get("type") if isinstance(error, dict) else None
+    message = provider_error_message(raw) or "no error message"
+    partial = stream.received()
+    return LLMError(
+        _STREAM_ERROR_KINDS.get(str(kind_name), LLMErrorKind.SERVER),
+        redact(f"the stream from {stream.url} reported {kind_name or 'an error'} after "
+               f"{len(partial)} characters of the answer: {message}", stream.secret),
+        provider=stream.provider,
+        raw=redact(raw[:2000], stream.secret),
+        partial=partial,
+    )
 
 
 def split_messages(messages: Iterable[Mapping[str, str]]) -> tuple[str, list[dict[str, str]]]:

@@ -3,14 +3,29 @@
 Clients are async and stateless per request. Every request names its ``purpose`` (why the
 engine is asking: plan, validation_feedback, semantic_retry, synthesis, replan, ...) so
 that telemetry, the debug store and scripted test LLMs can tell requests apart.
+
+Streaming is optional. A client that can stream also has ``stream(request)`` (see
+:class:`StreamingLLMClient`); :func:`supports_streaming` tells them apart, and
+:func:`stream_from` streams from any client, falling back to ``complete()`` delivered as a
+single delta for a client that cannot stream. Callers therefore need only one code path.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeGuard, runtime_checkable
 
-__all__ = ["LLMClient", "LLMRequest", "LLMResponse", "TokenUsage"]
+__all__ = [
+    "LLMClient",
+    "LLMRequest",
+    "LLMResponse",
+    "LLMStreamEvent",
+    "StreamingLLMClient",
+    "TokenUsage",
+    "stream_from",
+    "supports_streaming",
+]
 
 
 @dataclass(frozen=True)
@@ -47,12 +62,38 @@ class LLMRequest:
 
 @dataclass
 class LLMResponse:
-    """An LLM's answer. ``finish_reason`` is normalised: stop, length, content_filter, tool."""
+    """An LLM's answer. ``finish_reason`` is normalised: stop, length, content_filter, tool.
+
+    ``response_id`` is the provider's id of the answer (``chatcmpl-...``, ``msg_...``)
+    when it gives one, to find the call in the provider's own logs.
+    """
 
     content: str
     finish_reason: str | None = "stop"
     usage: TokenUsage = field(default_factory=TokenUsage)
     model: str | None = None
+    response_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LLMStreamEvent:
+    """One event of a streamed answer: a piece of text, or the end with the whole answer.
+
+    A stream is zero or more deltas (``delta`` non-empty, ``response`` None) followed by
+    exactly one final event (``delta`` empty, ``response`` set) whose
+    ``response.content`` is the concatenation of every delta, in order. When structured
+    output was requested the deltas are pieces of the JSON text. A stream that fails
+    raises :class:`~orchestration.errors.LLMError` instead of its final event; once
+    text has been received the error's ``partial`` holds it.
+    """
+
+    delta: str = ""
+    response: LLMResponse | None = None
+
+    @property
+    def final(self) -> bool:
+        """Whether this is the last event, the one carrying the whole response."""
+        return self.response is not None
 
 
 @runtime_checkable
@@ -66,3 +107,53 @@ class LLMClient(Protocol):
     async def complete(self, request: LLMRequest) -> LLMResponse: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class StreamingLLMClient(LLMClient, Protocol):
+    """An :class:`LLMClient` that can also stream its answer as it is written.
+
+    ``stream`` yields :class:`LLMStreamEvent` values and follows the same error contract
+    as ``complete``. Iterate it inside ``contextlib.aclosing`` (or to its end): leaving
+    early without closing it keeps the provider's connection open until garbage
+    collection.
+    """
+
+    def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamEvent]: ...
+
+
+def supports_streaming(client: object) -> TypeGuard[StreamingLLMClient]:
+    """Whether ``client`` streams natively (has a callable ``stream``)."""
+    return callable(getattr(client, "complete", None)) and callable(getattr(client, "stream", None))
+
+
+async def stream_from(client: LLMClient, request: LLMRequest) -> AsyncIterator[LLMStreamEvent]:
+    """Stream ``request`` from any client.
+
+    A streaming client streams; any other client is asked ``complete()`` and its whole
+    answer arrives as one delta followed by the final event, so the caller sees the
+    same shape either way (only later).
+    """
+    if supports_streaming(client):
+        events = client.stream(request)
+        try:
+            async for event in events:
+                yield event
+        finally:
+            await close_iterator(events)
+        return
+    response = await client.complete(request)
+    if response.content:
+        yield LLMStreamEvent(delta=response.content)
+    yield LLMStreamEvent(response=response)
+
+
+async def close_iterator(iterator: AsyncIterator[Any]) -> None:
+    """Close an async iterator that can be closed (an async generator), at once.
+
+    Leaving a stream early without this keeps the provider's connection open until the
+    garbage collector gets to the generator.
+    """
+    aclose = getattr(iterator, "aclose", None)
+    if aclose is not None:
+        await aclose()

@@ -11,17 +11,20 @@ does that with backoff and a budget. It only classifies every failure into an
 :class:`~orchestration.errors.LLMError` so the gateway can decide.
 
 The HTTP plumbing shared with :mod:`orchestration.llm.anthropic` lives in
-:mod:`orchestration.llm._http`.
+:mod:`orchestration.llm._http`, the server-sent events of :meth:`stream` in
+:mod:`orchestration.llm._sse`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import aclosing
 from typing import Any, Literal
 
 import httpx
 
+from orchestration.errors import LLMError, LLMErrorKind
 from orchestration.llm._http import (
     HTTPLLMClient,
     error_for_status,
@@ -29,10 +32,12 @@ from orchestration.llm._http import (
     malformed,
     post_json,
     provider_error_message,
+    redact,
     token_count,
     tool_name,
 )
-from orchestration.llm.base import LLMRequest, LLMResponse, TokenUsage
+from orchestration.llm._sse import EventStream, open_event_stream
+from orchestration.llm.base import LLMRequest, LLMResponse, LLMStreamEvent, TokenUsage
 from orchestration.llm.scripted import estimate_tokens
 
 __all__ = ["EffectiveStructuredOutput", "OpenAICompatibleClient", "StructuredOutputMode"]
@@ -54,6 +59,17 @@ _FINISH_REASONS = {
 # What a server that does not understand a response_format says about it.
 _RESPONSE_FORMAT_WORDS = ("response_format", "json_schema", "json_object")
 
+# An error chunk in the middle of a stream carries a type rather than a status.
+_STREAM_ERROR_KINDS = {
+    "server_error": LLMErrorKind.SERVER,
+    "api_error": LLMErrorKind.SERVER,
+    "overloaded_error": LLMErrorKind.SERVER,
+    "rate_limit_exceeded": LLMErrorKind.RATE_LIMIT,
+    "rate_limit_error": LLMErrorKind.RATE_LIMIT,
+    "timeout": LLMErrorKind.TIMEOUT,
+    "invalid_request_error": LLMErrorKind.OTHER,
+}
+
 
 class OpenAICompatibleClient(HTTPLLMClient):
     """Talks to ``{base_url}/chat/completions`` of an OpenAI-compatible server.
@@ -66,7 +82,13 @@ class OpenAICompatibleClient(HTTPLLMClient):
     :attr:`effective_structured_output` shows the mode currently in use).
 
     ``http_client`` lets the caller share a connection pool; the client then leaves
-    closing it to the caller. ``timeout_s`` bounds one whole HTTP call.
+    closing it to the caller. ``timeout_s`` bounds one whole HTTP call, a streamed one
+    from the request to its last byte.
+
+    :meth:`stream` asks for ``"stream": true`` with ``stream_options.include_usage`` (the
+    token counts arrive in a last chunk); a server that rejects ``stream_options`` is
+    asked again without it, remembered like a ``response_format`` step-down, and its
+    usage is then estimated.
     """
 
     provider = "openai"
@@ -90,6 +112,7 @@ class OpenAICompatibleClient(HTTPLLMClient):
         self.effective_structured_output: EffectiveStructuredOutput = (
             "json_schema" if structured_output == "auto" else structured_output
         )
+        self.stream_usage = True  # whether streams ask for stream_options.include_usage
 
     @property
     def url(self) -> str:
@@ -120,6 +143,53 @@ class OpenAICompatibleClient(HTTPLLMClient):
                 raise error_for_status(response, provider=self.provider, secret=self._api_key)
             return self._parse(response, request)
 
+    async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamEvent]:
+        """Stream one Chat Completions answer (see :class:`LLMStreamEvent`).
+
+        The deltas are ``choices[0].delta.content`` — the JSON text itself under
+        ``json_schema``/``json_object``. Failures raise :class:`LLMError` as
+        :meth:`complete` does; a stream cut after it began raises kind ``connection`` (or
+        ``timeout``) with the text received so far in ``partial``.
+        """
+        mode = self._mode_for(request)
+        while True:
+            async with open_event_stream(
+                self._pool(),
+                self.url,
+                payload=self._stream_payload(request, mode),
+                headers=self._headers(accept="text/event-stream"),
+                timeout_s=self.timeout_s,
+                provider=self.provider,
+                secret=self._api_key,
+            ) as stream:
+                response = stream.response
+                if not response.is_success:
+                    await stream.read_body()
+                    if (
+                        self.structured_output == "auto"
+                        and mode != "none"
+                        and _rejects_response_format(response)
+                    ):
+                        mode = _STRENGTH[_STRENGTH.index(mode) + 1]
+                        self._downgrade(mode)
+                        continue
+                    if self.stream_usage and _rejects_stream_options(response):
+                        self.stream_usage = False
+                        continue
+                    raise error_for_status(response, provider=self.provider,
+                                           secret=self._api_key)
+                if not stream.is_event_stream:
+                    # A server that ignored "stream": true answered in one piece.
+                    whole = self._parse(await stream.read_body(), request)
+                    if whole.content:
+                        yield LLMStreamEvent(delta=whole.content)
+                    yield LLMStreamEvent(response=whole)
+                    return
+                async with aclosing(self._stream_events(stream, request)) as events:
+                    async for event in events:
+                        yield event
+                return
+
     # --- request ---------------------------------------------------------------------
 
     def _mode_for(self, request: LLMRequest) -> EffectiveStructuredOutput:
@@ -134,8 +204,8 @@ class OpenAICompatibleClient(HTTPLLMClient):
         if _STRENGTH.index(mode) > _STRENGTH.index(self.effective_structured_output):
             self.effective_structured_output = mode
 
-    def _headers(self) -> dict[str, str]:
-        headers = {"Accept": "application/json"}
+    def _headers(self, accept: str = "application/json") -> dict[str, str]:
+        headers = {"Accept": accept}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
         headers.update(self._extra_headers)
@@ -164,6 +234,15 @@ class OpenAICompatibleClient(HTTPLLMClient):
                 }
             elif mode == "json_object":
                 payload["response_format"] = {"type": "json_object"}
+        return payload
+
+    def _stream_payload(
+        self, request: LLMRequest, mode: EffectiveStructuredOutput
+    ) -> dict[str, Any]:
+        payload = self._payload(request, mode)
+        payload["stream"] = True
+        if self.stream_usage:
+            payload["stream_options"] = {"include_usage": True}
         return payload
 
     # --- response --------------------------------------------------------------------
@@ -200,6 +279,17 @@ class OpenAICompatibleClient(HTTPLLMClient):
         usage = data.get("usage")
         usage = usage if isinstance(usage, dict) else {}
         model = data.get("model")
+        return self._response(request, content, finish, usage, model, data.get("id"))
+
+    def _response(
+        self,
+        request: LLMRequest,
+        content: str,
+        finish: str | None,
+        usage: Mapping[str, Any],
+        model: object,
+        response_id: object,
+    ) -> LLMResponse:
         return LLMResponse(
             content=content,
             finish_reason=finish,
@@ -210,6 +300,73 @@ class OpenAICompatibleClient(HTTPLLMClient):
                 output_tokens=token_count(usage.get("completion_tokens"), estimate_tokens(content)),
             ),
             model=model if isinstance(model, str) and model else self.model,
+            response_id=response_id if isinstance(response_id, str) and response_id else None,
+        )
+
+    async def _stream_events(
+        self, stream: EventStream, request: LLMRequest
+    ) -> AsyncGenerator[LLMStreamEvent, None]:
+        """The events of a Chat Completions stream: ``data:`` chunks, then ``[DONE]``.
+
+        The answer is ``choices[0].delta.content``. Servers that answer structured
+        output with a tool call instead stream ``delta.tool_calls[0].function.arguments``;
+        those are gathered and delivered as one delta at the end when no content came,
+        as :meth:`complete` prefers content too. So does a structured-output refusal.
+        """
+        parts: list[str] = []
+        stream.received = lambda: "".join(parts)
+        arguments: list[str] = []
+        refusal: list[str] = []
+        raw_finish: str | None = None
+        usage: dict[str, Any] = {}
+        model: object = None
+        response_id: object = None
+        done = False
+        async with aclosing(stream.events()) as events:
+            async for event in events:
+                if event.data.strip() == "[DONE]":
+                    done = True
+                    break
+                chunk = _chunk(stream, event.data)
+                if "error" in chunk:
+                    raise _stream_error(stream, chunk, event.data)
+                model = chunk.get("model") or model
+                response_id = chunk.get("id") or response_id
+                if isinstance(chunk.get("usage"), dict):
+                    usage = chunk["usage"]
+                choices = chunk.get("choices")
+                for choice in choices if isinstance(choices, list) else ():
+                    if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                        continue
+                    delta = choice.get("delta")
+                    delta = delta if isinstance(delta, dict) else {}
+                    text = _delta_text(delta.get("content"))
+                    if text:
+                        parts.append(text)
+                        yield LLMStreamEvent(delta=text)
+                    if isinstance(delta.get("refusal"), str):
+                        refusal.append(delta["refusal"])
+                    arguments.extend(_tool_arguments(delta.get("tool_calls")))
+                    if isinstance(choice.get("finish_reason"), str):
+                        raw_finish = choice["finish_reason"]
+        if not done and raw_finish is None:
+            raise stream.ended_early("its final chunk and [DONE]")
+
+        finish = _FINISH_REASONS.get(raw_finish, raw_finish) if raw_finish else None
+        if not parts:
+            if arguments:
+                parts.append("".join(arguments))
+            elif refusal:
+                parts.append("".join(refusal))
+                finish = "content_filter"
+            elif finish not in ("content_filter", "length"):
+                raise stream.malformed("the stream ended without any content or tool call",
+                                       "")
+            if parts and parts[0]:
+                yield LLMStreamEvent(delta=parts[0])
+        content = "".join(parts)
+        yield LLMStreamEvent(
+            response=self._response(request, content, finish, usage, model, response_id)
         )
 
 
@@ -233,6 +390,62 @@ def _message_text(message: Mapping[str, Any]) -> str | None:
     if isinstance(arguments, dict | list):
         return json.dumps(arguments)
     return content if isinstance(content, str) else None
+
+
+def _chunk(stream: EventStream, data: str) -> dict[str, Any]:
+    """One ``data:`` payload as a JSON object, or a MALFORMED :class:`LLMError`."""
+    try:
+        chunk = json.loads(data)
+    except ValueError:
+        raise stream.malformed("data is not JSON", data) from None
+    if not isinstance(chunk, dict):
+        raise stream.malformed("data is not a JSON object", data)
+    return chunk
+
+
+def _delta_text(content: object) -> str:
+    """A delta's text: a string, or (some servers) a list of text parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [p.get("text") for p in content if isinstance(p, dict)]
+        return "".join(t for t in texts if isinstance(t, str))
+    return ""
+
+
+def _tool_arguments(calls: object) -> list[str]:
+    """The argument pieces of the first tool call in a delta's ``tool_calls``."""
+    pieces = []
+    for call in calls if isinstance(calls, list) else ():
+        if isinstance(call, dict) and call.get("index", 0) == 0:
+            function = call.get("function")
+            arguments = function.get("arguments") if isinstance(function, dict) else None
+            if isinstance(arguments, str):
+                pieces.append(arguments)
+    return pieces
+
+
+def _stream_error(stream: EventStream, chunk: Mapping[str, Any], data: str) -> LLMError:
+    """An ``{"error": ...}`` chunk sent after the stream began (vLLM, OpenAI)."""
+    error = chunk.get("error")
+    kind_name = error.get("type") if isinstance(error, dict) else None
+    message = provider_error_message(data) or "no error message"
+    partial = stream.received()
+    return LLMError(
+        _STREAM_ERROR_KINDS.get(str(kind_name), LLMErrorKind.SERVER),
+        redact(f"the stream from {stream.url} reported an error after {len(partial)} "
+               f"characters of the answer: {message}", stream.secret),
+        provider=stream.provider,
+        raw=redact(data[:2000], stream.secret),
+        partial=partial,
+    )
+
+
+def _rejects_stream_options(response: httpx.Response) -> bool:
+    """Whether a 400/422 says the server does not know ``stream_options``."""
+    if response.status_code not in (400, 422):
+        return False
+    return "stream_options" in (provider_error_message(response.text) or response.text)
 
 
 def _rejects_response_format(response: httpx.Response) -> bool:

@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from orchestration.errors import LLMError, LLMErrorKind
-from orchestration.llm.base import LLMRequest, LLMResponse, TokenUsage
+from orchestration.llm.base import LLMRequest, LLMResponse, LLMStreamEvent, TokenUsage
 
 __all__ = ["ScriptFunction", "ScriptedAnswer", "ScriptedLLM", "estimate_tokens"]
 
@@ -34,6 +34,11 @@ class ScriptedLLM:
     ``request.purpose``. An answer may be a string, a dict/list (sent as JSON), an
     :class:`LLMResponse`, or an exception instance to raise. ``latency_s`` simulates
     model latency. Usage is estimated at 4 characters a token.
+
+    It streams too (:meth:`stream`), so tests and the offline demo exercise streaming
+    without a network: the answer arrives in pieces of ``chunk_chars`` characters,
+    ``chunk_delay_s`` apart. An :class:`LLMError` answer whose ``partial`` is set
+    plays a stream cut midway: that text is streamed, then the error is raised.
     """
 
     provider = "scripted"
@@ -44,7 +49,11 @@ class ScriptedLLM:
         *,
         latency_s: float = 0.0,
         model: str = "scripted",
+        chunk_chars: int = 16,
+        chunk_delay_s: float = 0.0,
     ) -> None:
+        if chunk_chars < 1:
+            raise ValueError(f"chunk_chars must be at least 1, got {chunk_chars}")
         if callable(script):
             self._fn: ScriptFunction | None = script
             self._answers: list[ScriptedAnswer] = []
@@ -54,6 +63,8 @@ class ScriptedLLM:
         self._next = 0
         self.latency_s = latency_s
         self.model = model
+        self.chunk_chars = chunk_chars
+        self.chunk_delay_s = chunk_delay_s
         self.requests: list[LLMRequest] = []
 
     def requests_for(self, purpose: str) -> list[LLMRequest]:
@@ -61,6 +72,28 @@ class ScriptedLLM:
         return [r for r in self.requests if r.purpose == purpose]
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
+        return self._to_response(request, await self._answer_for(request))
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamEvent]:
+        """The scripted answer in pieces of ``chunk_chars``, ``chunk_delay_s`` apart."""
+        answer = await self._answer_for(request)
+        if isinstance(answer, LLMError) and answer.partial is not None:
+            async for piece in self._pieces(answer.partial):
+                yield LLMStreamEvent(delta=piece)
+            raise answer
+        response = self._to_response(request, answer)
+        async for piece in self._pieces(response.content):
+            yield LLMStreamEvent(delta=piece)
+        yield LLMStreamEvent(response=response)
+
+    async def _pieces(self, text: str) -> AsyncIterator[str]:
+        for start in range(0, len(text), self.chunk_chars):
+            if start and self.chunk_delay_s:
+                await asyncio.sleep(self.chunk_delay_s)
+            yield text[start:start + self.chunk_chars]
+
+    async def _answer_for(self, request: LLMRequest) -> ScriptedAnswer:
+        """The next scripted answer for ``request`` (recorded), after the latency."""
         self.requests.append(request)
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
@@ -78,7 +111,7 @@ class ScriptedLLM:
                 )
             answer = self._answers[self._next]
             self._next += 1
-        return self._to_response(request, answer)
+        return answer
 
     def _to_response(self, request: LLMRequest, answer: Any) -> LLMResponse:
         if isinstance(answer, BaseException):
