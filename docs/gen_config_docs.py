@@ -54,7 +54,11 @@ def render_env() -> str:
     ]
     for name, field in OrchestratorConfig.model_fields.items():
         lines.append(f"# {field.description}")
-        lines.append(f"ORCH_{name.upper()}={_default(field)}")
+        if field.get_default(call_default_factory=True) is None:
+            # unset by default: an empty value would be read as "" and rejected
+            lines.append(f"# ORCH_{name.upper()}=")
+        else:
+            lines.append(f"ORCH_{name.upper()}={_default(field)}")
     return "\n".join(lines) + "\n"
 
 

@@ -10,6 +10,7 @@ from orchestration.config import OrchestratorConfig
 from orchestration.errors import (
     CatalogError,
     ConfigError,
+    ConfigWarning,
     DagwrightError,
     LLMBudgetExceeded,
     LLMError,
@@ -47,6 +48,7 @@ __all__ = [
     "Catalog",
     "CatalogError",
     "ConfigError",
+    "ConfigWarning",
     "DagwrightError",
     "ErrorCategory",
     "ErrorSource",

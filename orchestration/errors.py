@@ -16,8 +16,11 @@ nothing is lost when it crosses an API boundary::
     │   │   └── RetryExhausted         ... that was retried
     │   └── LLMError                   an LLM call failed (``kind`` says why)
     │       └── LLMBudgetExceeded      the run used its LLM call budget
-    └── ToolFailed                     raised BY YOUR TOOLS, never by the engine: a Python
-                                       tool's structured error (like an HTTP tool's envelope)
+    ├── ToolFailed                     raised BY YOUR TOOLS, never by the engine: a Python
+    │                                  tool's structured error (like an HTTP tool's envelope)
+    └── Warning
+        └── ConfigWarning              a setting looks wrong but is not fatal (an unknown
+                                       ``ORCH_*`` variable), shown once
 
 ``ToolFailed`` stands apart on purpose: it is a signal a user's tool sends to the engine,
 which turns it into a step error; ``except DagwrightError`` around a run must not catch
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CatalogError",
     "ConfigError",
+    "ConfigWarning",
     "DagwrightError",
     "LLMBudgetExceeded",
     "LLMError",
@@ -59,7 +63,13 @@ class DagwrightError(Exception):
 
 
 class ConfigError(DagwrightError):
-    """The configuration is incomplete or contradictory (names the setting)."""
+    """The configuration is incomplete or contradictory: names the ``ORCH_*`` variable (or
+    argument), the bad value and what is allowed."""
+
+
+class ConfigWarning(UserWarning):
+    """A configuration smell that is not fatal, e.g. an ``ORCH_*`` variable no setting
+    reads (a misspelling); issued once per process and name."""
 
 
 class CatalogError(DagwrightError):

@@ -7,6 +7,7 @@ It composes the planner, the executor and the defense layers; it is the one modu
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
 from typing import Any
@@ -86,12 +87,20 @@ class Orchestrator:
         self._transports: dict[int, ToolTransport] = {}
 
     @classmethod
-    def from_env(cls, **kwargs: Any) -> Orchestrator:
-        """Everything from ``ORCH_*`` variables (``ORCH_CATALOG`` names the catalog file)."""
+    def from_env(
+        cls, *, catalog: Catalog | str | os.PathLike[str] | None = None, **kwargs: Any
+    ) -> Orchestrator:
+        """Everything from ``ORCH_*`` variables. ``catalog`` (a :class:`Catalog` or a file)
+        wins over ``ORCH_CATALOG``; the other keyword arguments go to the constructor."""
         config = kwargs.pop("config", None) or OrchestratorConfig()
-        if config.catalog is None:
-            raise ConfigError("ORCH_CATALOG is not set: it must name a YAML or JSON tool catalog")
-        return cls(catalog=Catalog.from_file(config.catalog), config=config, **kwargs)
+        if catalog is None:
+            if config.catalog is None:
+                raise ConfigError("ORCH_CATALOG is not set: it must name a YAML or JSON tool "
+                                  "catalog (or pass catalog=... / --catalog FILE)")
+            catalog = config.catalog
+        if not isinstance(catalog, Catalog):
+            catalog = Catalog.from_file(catalog)
+        return cls(catalog=catalog, config=config, **kwargs)
 
     # --- running --------------------------------------------------------------------
     def run(self, query: str, *, plan: Plan | dict[str, Any] | None = None) -> RunResult:

@@ -20,7 +20,8 @@ import planners
 
 PACKAGE_API = {
     "orchestration": [
-        "Attempt", "Capability", "Catalog", "CatalogError", "ConfigError", "DagwrightError",
+        "Attempt", "Capability", "Catalog", "CatalogError", "ConfigError", "ConfigWarning",
+        "DagwrightError",
         "ErrorCategory", "ErrorSource", "LLMBudgetExceeded", "LLMClient", "LLMError",
         "LLMErrorKind", "LLMRequest", "LLMResponse", "LayerSettings", "Orchestrator",
         "OrchestratorConfig", "Plan", "PlanParseError", "PlanValidationError", "PlanningError",
