@@ -24,6 +24,8 @@ from orchestration.llm._http import (
     json_object_body,
     malformed,
     post_json,
+    provider_error_message,
+    setting_hint,
     token_count,
     tool_name,
 )
@@ -102,7 +104,12 @@ class AnthropicClient(HTTPLLMClient):
             secret=self._api_key,
         )
         if not response.is_success:
-            raise error_for_status(response, provider=self.provider, secret=self._api_key)
+            hint = setting_hint(
+                response.status_code, provider_error_message(response.text) or "",
+                url=self.url, base_url=self.base_url,
+                base_example="https://api.anthropic.com (without /v1: the client adds it)")
+            raise error_for_status(response, provider=self.provider, secret=self._api_key,
+                                   hint=hint)
         return self._parse(response, request, tool=tool, wrapped=wrapped)
 
     # --- request ---------------------------------------------------------------------
@@ -164,9 +171,11 @@ class AnthropicClient(HTTPLLMClient):
         usage = data.get("usage")
         usage = usage if isinstance(usage, dict) else {}
         model = data.get("model")
+        response_id = data.get("id")
         return LLMResponse(
             content=content,
             finish_reason=finish,
+            response_id=response_id if isinstance(response_id, str) else None,
             usage=TokenUsage(
                 input_tokens=_input_tokens(usage, request),
                 output_tokens=token_count(usage.get("output_tokens"), estimate_tokens(content)),

@@ -47,12 +47,17 @@ class LLMRequest:
 
 @dataclass
 class LLMResponse:
-    """An LLM's answer. ``finish_reason`` is normalised: stop, length, content_filter, tool."""
+    """An LLM's answer. ``finish_reason`` is normalised: stop, length, content_filter, tool.
+
+    ``model`` is the model that answered and ``response_id`` the provider's id of the
+    completion (both as the provider reported them; they go on the ``chat`` span).
+    """
 
     content: str
     finish_reason: str | None = "stop"
     usage: TokenUsage = field(default_factory=TokenUsage)
     model: str | None = None
+    response_id: str | None = None
 
 
 @runtime_checkable

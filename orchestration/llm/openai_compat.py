@@ -29,6 +29,7 @@ from orchestration.llm._http import (
     malformed,
     post_json,
     provider_error_message,
+    setting_hint,
     token_count,
     tool_name,
 )
@@ -117,8 +118,16 @@ class OpenAICompatibleClient(HTTPLLMClient):
                 self._downgrade(mode)
                 continue
             if not response.is_success:
-                raise error_for_status(response, provider=self.provider, secret=self._api_key)
+                raise error_for_status(response, provider=self.provider, secret=self._api_key,
+                                       hint=self._hint(response))
             return self._parse(response, request)
+
+    def _hint(self, response: httpx.Response) -> str:
+        example = "https://api.openai.com/v1 or http://127.0.0.1:11434/v1"
+        if response.status_code == 404 and not self.base_url.endswith("/v1"):
+            example += " (yours has no /v1)"
+        return setting_hint(response.status_code, provider_error_message(response.text) or "",
+                            url=self.url, base_url=self.base_url, base_example=example)
 
     # --- request ---------------------------------------------------------------------
 
@@ -200,9 +209,11 @@ class OpenAICompatibleClient(HTTPLLMClient):
         usage = data.get("usage")
         usage = usage if isinstance(usage, dict) else {}
         model = data.get("model")
+        response_id = data.get("id")
         return LLMResponse(
             content=content,
             finish_reason=finish,
+            response_id=response_id if isinstance(response_id, str) else None,
             usage=TokenUsage(
                 input_tokens=token_count(
                     usage.get("prompt_tokens"), estimate_tokens(request.prompt_text)
