@@ -73,7 +73,24 @@ class ConfigWarning(UserWarning):
 
 
 class CatalogError(DagwrightError):
-    """The tool catalog is malformed, or a tool/capability is unknown."""
+    """The tool catalog is malformed, or a tool/capability is unknown.
+
+    ``problems`` lists every problem found (a catalog is checked whole, so a file with
+    several mistakes is fixed in one go); each names the file, tool, capability and,
+    for a schema, the JSON path.
+    """
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        self.problems = list(problems) if problems else [message]
+        super().__init__(message)
+
+    @classmethod
+    def of(cls, problems: list[str], source: str = "catalog") -> CatalogError:
+        """One error for ``problems``: the problem itself when alone, else a numbered list."""
+        if len(problems) == 1:
+            return cls(problems[0], problems)
+        listed = "\n".join(f"  {n}. {p}" for n, p in enumerate(problems, 1))
+        return cls(f"{source}: {len(problems)} problems in the catalog:\n{listed}", problems)
 
 
 @dataclass(frozen=True, slots=True)
