@@ -60,6 +60,7 @@ class Executor:
 
         results = await run_dag(plan, run_step, skip_step,
                                 max_concurrency=services.config.max_concurrency,
-                                deadline=services.deadline)
+                                deadline=services.deadline,
+                                stopped=services.budget.stop_reason)
         run.arrange(list(results))
         return results

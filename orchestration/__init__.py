@@ -35,7 +35,7 @@ from orchestration.protocol import (
     ToolResponse,
     http_status_for_category,
 )
-from orchestration.result import Attempt, RunResult, RunUsage, StepResult
+from orchestration.result import Attempt, BudgetExceeded, RunResult, RunUsage, StepResult
 from orchestration.retry_policy import RetryPolicy
 from orchestration.state import RunState
 
@@ -44,6 +44,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Attempt",
+    "BudgetExceeded",
     "Capability",
     "Catalog",
     "CatalogError",

@@ -234,8 +234,19 @@ class LLMError(DagwrightError):
 
 
 class LLMBudgetExceeded(LLMError):
-    """The run used up ``max_llm_calls_per_run``; no further LLM call is made."""
+    """A budget of the run is spent; no further LLM call is made.
 
-    def __init__(self, limit: int) -> None:
-        super().__init__(LLMErrorKind.BUDGET, f"run reached its limit of {limit} LLM calls")
+    ``budget`` says which (``llm_calls``: ``max_llm_calls_per_run``; ``tokens``, ``cost``,
+    or ``capability_calls`` when a capability's cap stopped the whole run), ``setting``
+    the variable or catalog entry to raise, ``limit`` its value.
+    """
+
+    def __init__(
+        self, limit: float, *, budget: str = "llm_calls",
+        setting: str = "ORCH_MAX_LLM_CALLS_PER_RUN", reason: str | None = None,
+    ) -> None:
+        message = reason or f"run reached its limit of {limit:g} LLM calls ({setting})"
+        super().__init__(LLMErrorKind.BUDGET, message)
         self.limit = limit
+        self.budget = budget
+        self.setting = setting

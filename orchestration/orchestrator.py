@@ -18,13 +18,20 @@ from prometheus_client import CollectorRegistry
 from executors._executor import Executor
 from executors.layers import default_handlers
 from executors.recovery import RecoveryHandler
+from orchestration._budget import RunBudget, check_prices
 from orchestration._synthesis import synthesize
 from orchestration._transport import ToolTransport
 from orchestration.catalog import Catalog
 from orchestration.clock import Clock
 from orchestration.config import OrchestratorConfig
 from orchestration.debug_store import LLMDebugStore
-from orchestration.errors import ConfigError, LLMError, PlanningError, PlanValidationError
+from orchestration.errors import (
+    ConfigError,
+    LLMBudgetExceeded,
+    LLMError,
+    PlanningError,
+    PlanValidationError,
+)
 from orchestration.layer_settings import LayerSettings
 from orchestration.llm._factory import client_from_config
 from orchestration.llm._gateway import DebugRecorder, LLMGateway
@@ -76,6 +83,7 @@ class Orchestrator:
         self.config = config or OrchestratorConfig()
         self.catalog = catalog
         self.llm = llm if llm is not None else client_from_config(self.config)
+        check_prices(self.config, getattr(self.llm, "model", None))
         self.telemetry = Telemetry.create(tracer_provider, registry)
         self.redactor = Redactor.from_config(self.config, catalog)
         self.observer = Observer(self.telemetry, self.redactor)
@@ -141,6 +149,7 @@ class Orchestrator:
         with self.observer.run(run, planned_by=planned_by) as observation:
             run.trace_id = observation.trace_id
             await self._run(run, services, plan)
+            run.settle_budget()
         run.usage.wall_time_s = time.perf_counter() - started
         return run.to_result()
 
@@ -168,12 +177,17 @@ class Orchestrator:
         if self.config.replan_max > 0 and any(s.status == "failed" for s in steps.values()):
             status = await self._replan_phase(run, services, validated)
         run.finish(status)
-        if self.config.synthesis_enabled and status != "failed":
+        if run.budget_exceeded is not None:
+            run.warn(f"answer synthesis skipped: {run.budget_exceeded.describe()}")
+        elif self.config.synthesis_enabled and status != "failed":
             try:
                 async with asyncio.timeout_at(services.deadline):
                     run.answer = await synthesize(run, services)
             except TimeoutError:
                 run.warn(f"answer synthesis skipped: {limit} passed")
+            except LLMBudgetExceeded:
+                assert run.budget_exceeded is not None
+                run.warn(f"answer synthesis skipped: {run.budget_exceeded.describe()}")
             except LLMError as exc:
                 run.warn(f"answer synthesis failed: {exc}")
 
@@ -194,6 +208,9 @@ class Orchestrator:
         open_ids = [sid for sid, r in run.steps.items() if r.status != "succeeded"]
         loop = asyncio.get_running_loop()
         for number in range(1, self.config.replan_max + 1):
+            if run.budget_exceeded is not None:
+                run.warn(f"replan round {number} not attempted: {run.budget_exceeded.describe()}")
+                break
             if loop.time() >= services.deadline or services.llm.remaining_calls <= 0:
                 run.warn(f"replan round {number} not attempted: the run deadline "
                          "or its LLM call budget is spent")
@@ -240,15 +257,17 @@ class Orchestrator:
     def _services(self, run: RunState) -> RunServices:
         """What one run uses: its LLM gateway (budget, usage), transport and deadline."""
         config = self.config
+        budget = RunBudget(run, config, self.observer)
         return RunServices(
             catalog=self.catalog, config=config, layers=self.layers,
             llm=LLMGateway(
                 self.llm, observer=self.observer, usage=run.usage, run_id=run.run_id,
-                max_calls=config.max_llm_calls_per_run, policy=RetryPolicy.for_llm(config),
+                budget=budget, policy=RetryPolicy.for_llm(config),
                 clock=self.clock, debug_recorder=self._debug_recorder(),
             ),
             transport=self._transport(), observer=self.observer, clock=self.clock,
             deadline=asyncio.get_running_loop().time() + config.run_timeout_s,
+            budget=budget,
         )
 
     def _debug_recorder(self) -> DebugRecorder | None:

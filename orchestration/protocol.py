@@ -53,6 +53,7 @@ class ErrorCategory(StrEnum):
     VALIDATION_ERROR = "VALIDATION_ERROR"
     BINDING_ERROR = "BINDING_ERROR"
     INTERNAL_ERROR = "INTERNAL_ERROR"
+    BUDGET_EXCEEDED = "BUDGET_EXCEEDED"  # a run budget refused the call; nothing was sent
 
 
 class ErrorSource(StrEnum):

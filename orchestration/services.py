@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from orchestration._budget import RunBudget
 from orchestration._transport import ToolTransport
 from orchestration.catalog import Catalog
 from orchestration.clock import Clock
@@ -27,7 +28,8 @@ class RunServices:
 
     ``catalog`` is the snapshot the run planned with; ``layers`` the global layer
     settings (a capability's overrides are applied per step); ``deadline`` is event-loop
-    time after which nothing new starts.
+    time after which nothing new starts; ``budget`` the run's budgets (LLM calls, tokens,
+    cost, calls per capability), asked before every LLM and tool call.
     """
 
     catalog: Catalog
@@ -38,3 +40,4 @@ class RunServices:
     observer: Observer
     clock: Clock
     deadline: float
+    budget: RunBudget

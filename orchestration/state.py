@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, PrivateAttr
 
-from orchestration.result import RunResult, RunStatus, RunUsage, StepResult
+from orchestration.result import BudgetExceeded, RunResult, RunStatus, RunUsage, StepResult
 
 __all__ = ["RunState"]
 
@@ -44,6 +44,7 @@ class RunState(BaseModel):
     answer: str | None = None
     error: str | None = None
     trace_id: str | None = None
+    budget_exceeded: BudgetExceeded | None = None
     started_at: float = Field(default_factory=time.time)
     finished_at: float | None = None
 
@@ -92,6 +93,20 @@ class RunState(BaseModel):
             self.error = "; ".join(failures)
         self.finished_at = time.time()
 
+    def settle_budget(self) -> None:
+        """If a budget stopped the run, say so: the run did not do all it was asked (it is
+        not ``succeeded``) and its error starts with the budget (see ``_budget``)."""
+        report = self.budget_exceeded
+        if report is None:
+            return
+        if self.status in ("succeeded", "running"):
+            self.status = "partial" if any(
+                s.status == "succeeded" for s in self.live_steps.values()) else "failed"
+        reason = report.describe()
+        if reason not in (self.error or ""):
+            self.error = f"run stopped: {reason}" + (f"; {self.error}" if self.error else "")
+        self.finished_at = self.finished_at or time.time()
+
     # --- reading it ---------------------------------------------------------------------
     @property
     def live_steps(self) -> dict[str, StepResult]:
@@ -107,4 +122,5 @@ class RunState(BaseModel):
             run_id=self.run_id, query=self.query, status=self.status, answer=self.answer,
             plan=plan, steps=dict(self.steps), usage=self.usage, error=self.error,
             warnings=list(self.warnings), trace_id=self.trace_id,
+            budget_exceeded=self.budget_exceeded,
         )

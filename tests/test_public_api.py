@@ -20,7 +20,7 @@ import planners
 
 PACKAGE_API = {
     "orchestration": [
-        "Attempt", "Capability", "Catalog", "CatalogError", "ConfigError", "ConfigWarning",
+        "Attempt", "BudgetExceeded", "Capability", "Catalog", "CatalogError", "ConfigError", "ConfigWarning",
         "DagwrightError",
         "ErrorCategory", "ErrorSource", "LLMBudgetExceeded", "LLMClient", "LLMError",
         "LLMErrorKind", "LLMRequest", "LLMResponse", "LayerSettings", "Orchestrator",

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from orchestration.plan import Step
     from orchestration.protocol import StepError
     from orchestration.redaction import Redactor
-    from orchestration.result import StepResult
+    from orchestration.result import BudgetExceeded, StepResult
     from orchestration.state import RunState
     from orchestration.telemetry import Telemetry
     from orchestration.telemetry.metrics import Metrics
@@ -168,7 +168,19 @@ class Observer:
             yield LLMCallObservation(self, span, request.purpose)
 
     def llm_budget_exceeded(self, purpose: str) -> None:
+        """An LLM call a budget refused."""
         self.metrics.llm_calls.labels(purpose, "budget_exceeded").inc()
+
+    def budget_exceeded(self, report: BudgetExceeded) -> None:
+        """A budget stopped a run (once per run: the first refusal)."""
+        self.metrics.budget_exceeded.labels(report.budget).inc()
+        attr.add_event(trace.get_current_span(), "budget_exceeded", {
+            "dagwright.budget": report.budget, "dagwright.budget.limit": report.limit,
+            "dagwright.budget.used": report.used, attr.CAPABILITY: report.capability})
+
+    def llm_cost(self, purpose: str, cost: float) -> None:
+        """What an answered LLM call cost, priced with the configured table."""
+        self.metrics.llm_cost.labels(purpose).inc(cost)
 
 
 class RunObservation:
@@ -330,7 +342,7 @@ class LLMCallObservation:
         elapsed = time.perf_counter() - self._started
         self._metrics.llm_latency.labels(self.purpose).observe(elapsed)
         if self.purpose == "semantic_retry":
-            self._metrics.semantic_retry_llm_latency_ms.observe(elapsed * 1000)
+            self._metrics.semantic_retry_llm_latency.observe(elapsed)
         return elapsed
 
     def failed(self, exc: BaseException) -> float:

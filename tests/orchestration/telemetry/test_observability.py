@@ -297,7 +297,7 @@ def test_span_attributes_never_carry_parameters_or_the_query(
 # --------------------------------------------------------------------------- metrics
 
 ALLOWED_LABELS = {"tool", "capability", "layer", "outcome", "category", "purpose", "status",
-                  "direction", "reason", "le"}
+                  "direction", "reason", "budget", "le"}
 
 
 def test_metrics_of_every_layer_have_bounded_labels(
@@ -329,7 +329,7 @@ def test_metrics_of_every_layer_have_bounded_labels(
                    if s.name == "orchestration_semantic_retry_independent_step_total"]
     assert [(set(s.labels), s.labels["capability"].endswith("geocode"), s.value) for s in independent] \
         == [({"capability"}, True, 1.0)]
-    assert value("orchestration_semantic_retry_llm_latency_ms_count") == 3
+    assert value("orchestration_semantic_retry_llm_latency_seconds_count") == 3
     assert value("orchestration_transient_override_total", tool="weather", capability="forecast") == 1
     assert value("orchestration_resilience_retries_total", tool="stocks", capability="quote",
                  category="CONNECTION_ERROR") == 1
