@@ -5,6 +5,7 @@ underscore are internal and may change without notice; every other module declar
 public names in ``__all__`` (tests/test_public_api.py pins them).
 """
 
+from orchestration._version import __version__
 from orchestration.catalog import Capability, Catalog
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import (
@@ -38,9 +39,6 @@ from orchestration.protocol import (
 from orchestration.result import Attempt, BudgetExceeded, RunResult, RunUsage, StepResult
 from orchestration.retry_policy import RetryPolicy
 from orchestration.state import RunState
-
-__version__ = "0.1.0"
-
 
 __all__ = [
     "Attempt",

@@ -12,6 +12,7 @@ import time
 import uuid
 from typing import Any
 
+from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 from prometheus_client import CollectorRegistry
 
@@ -61,9 +62,10 @@ def run_status(steps: dict[str, StepResult]) -> RunStatus:
 class Orchestrator:
     """Plans a query into a DAG of tool calls, runs it with the defense layers, answers.
 
-    ``llm`` defaults to the client the config describes. ``tracer_provider`` and
-    ``registry`` let a service route spans and metrics; by default the global OTel
-    provider (a no-op until the service installs one) and Prometheus' default registry.
+    ``llm`` defaults to the client the config describes. ``tracer_provider``,
+    ``meter_provider`` and ``registry`` let a service route spans, OTel metrics and
+    Prometheus metrics; by default the global OTel providers (no-ops until the service
+    installs them) and Prometheus' default registry.
     ``handlers`` replaces the recovery chain (layers 3/4 and resilience) wholesale;
     ``clock`` is injectable so tests need not wait for backoff.
     """
@@ -76,6 +78,7 @@ class Orchestrator:
         *,
         tracer_provider: TracerProvider | None = None,
         registry: CollectorRegistry | None = None,
+        meter_provider: MeterProvider | None = None,
         handlers: list[RecoveryHandler] | None = None,
         clock: Clock | None = None,
         planner: Planner | None = None,
@@ -84,9 +87,11 @@ class Orchestrator:
         self.catalog = catalog
         self.llm = llm if llm is not None else client_from_config(self.config)
         check_prices(self.config, getattr(self.llm, "model", None))
-        self.telemetry = Telemetry.create(tracer_provider, registry)
+        self.telemetry = Telemetry.create(tracer_provider, registry, meter_provider)
         self.redactor = Redactor.from_config(self.config, catalog)
-        self.observer = Observer(self.telemetry, self.redactor)
+        self.observer = Observer(self.telemetry, self.redactor,
+                                 provider=str(getattr(self.llm, "provider", "unknown")),
+                                 model=getattr(self.llm, "model", None))
         self.debug_store = LLMDebugStore.from_config(self.config, self.redactor)
         self.clock = clock or Clock()
         self.layers = LayerSettings.from_config(self.config)

@@ -103,7 +103,8 @@ class LLMGateway:
             raise
         provider = str(getattr(self.client, "provider", "unknown"))
         with self.observer.llm_call(request, run_id=self.run_id, provider=provider,
-                                    model=self.model or "unknown") as call:
+                                    model=self.model or "unknown",
+                                    base_url=getattr(self.client, "base_url", None)) as call:
             try:
                 response = await self.client.complete(request)
                 if response.finish_reason == "content_filter":
