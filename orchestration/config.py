@@ -199,13 +199,13 @@ class OrchestratorConfig(BaseSettings):
     def __init__(self, **values: Any) -> None:
         """Read the settings; raise :class:`ConfigError` for bad values, warn about unknown
         ``ORCH_*`` variables."""
+        warn_unknown_env()  # first: a misspelt name often explains a bad value
         try:
             super().__init__(**values)
         except ValidationError as exc:
             raise ConfigError(_describe(exc, given=values)) from None
         except SettingsError as exc:  # a JSON-valued variable that is not JSON
             raise ConfigError(_describe_settings_error(exc)) from None
-        warn_unknown_env()
 
     @model_validator(mode="after")
     def _check_budgets(self) -> OrchestratorConfig:
