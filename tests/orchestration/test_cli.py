@@ -247,3 +247,16 @@ def test_a_broken_catalog_lists_every_problem_and_what_to_do(
     assert f"dagwright: error: {bad}: 2 problems in the catalog:" in err
     assert "\n  1. " in err and "\n  2. " in err
     assert "next: fix the catalog; `dagwright tools --catalog FILE` checks" in err
+
+
+def test_plan_command_planning_failure_exits_3_with_what_next(
+    tmp_path: Path, demo_tools: DemoTools, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name, value in _env_for(tmp_path, demo_tools.urls, ["x", "y", "z"]).items():
+        if name.startswith("ORCH_"):
+            monkeypatch.setenv(name, value)
+    assert main(["plan", "Apple price?"], out=io.StringIO()) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("dagwright: error: planning failed: no valid plan after 3 attempt(s)")
+    assert "next: check the LLM settings with `dagwright config`" in err
