@@ -35,7 +35,13 @@ def render_markdown() -> str:
         "`dagwright config` prints the effective values with secrets masked.",
         "",
         "Per-capability overrides live in the catalog: `layers:` (e.g.",
-        "`{validation_feedback_enabled: false, max_validation_retries: 1}`) and `retry:`.",
+        "`{validation_feedback_enabled: false, max_validation_retries: 1}`), `retry:` and",
+        "`max_calls_per_run` (a budget of calls of that capability per run).",
+        "",
+        "A bad value raises `ConfigError` naming the variable, the value and what is allowed;",
+        "an `ORCH_*` variable that no setting reads is warned about once, with the closest name.",
+        "Budgets (`ORCH_MAX_LLM_CALLS_PER_RUN`, `ORCH_MAX_TOKENS_PER_RUN`, `ORCH_MAX_COST_PER_RUN`)",
+        "stop a run at the first call they refuse; see [troubleshooting.md](troubleshooting.md#budgets).",
         "",
         "| variable | default | meaning |",
         "|---|---|---|",
@@ -54,7 +60,11 @@ def render_env() -> str:
     ]
     for name, field in OrchestratorConfig.model_fields.items():
         lines.append(f"# {field.description}")
-        lines.append(f"ORCH_{name.upper()}={_default(field)}")
+        if field.get_default(call_default_factory=True) is None:
+            # unset by default: an empty value would be read as "" and rejected
+            lines.append(f"# ORCH_{name.upper()}=")
+        else:
+            lines.append(f"ORCH_{name.upper()}={_default(field)}")
     return "\n".join(lines) + "\n"
 
 

@@ -71,6 +71,7 @@ class Executor:
 
         results = await run_dag(plan, run_step, skip_step, done=done,
                                 max_concurrency=services.config.max_concurrency,
-                                deadline=services.deadline)
+                                deadline=services.deadline,
+                                stopped=services.budget.stop_reason)
         run.arrange(list(results))
         return results

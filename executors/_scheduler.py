@@ -28,13 +28,15 @@ async def run_dag(
     max_concurrency: int,
     deadline: float | None = None,
     done: dict[str, StepResult] | None = None,
+    stopped: Callable[[], str | None] | None = None,
 ) -> dict[str, StepResult]:
     """Run every step of ``plan``; returns a result for each, in topological order.
 
     ``run_step`` must not raise (it turns failures into failed results). Steps that could
-    not start — an upstream failure, or the run ``deadline`` (event-loop time) passed —
-    get ``skip_step(step_id, reason)``. Steps in ``done`` (a resumed run) are not run:
-    they count as finished with the result given.
+    not start — an upstream failure, the run ``deadline`` (event-loop time) passed, or
+    ``stopped()`` giving a reason (a spent budget) — get ``skip_step(step_id, reason)``.
+    Steps in ``done`` (a resumed run) are not run: they count as finished with the
+    result given.
     """
     graph = plan.graph
     waiting = {node: graph.in_degree(node) for node in plan.order}
@@ -68,6 +70,11 @@ async def run_dag(
                 step_id = ready.popleft()
                 if deadline is not None and loop.time() >= deadline:
                     results[step_id] = skip_step(step_id, "the run deadline passed before it started")
+                    _skip_downstream(plan, step_id, results, skip_step, "did not run")
+                    continue
+                reason = stopped() if stopped is not None else None
+                if reason is not None:
+                    results[step_id] = skip_step(step_id, f"{reason} before it started")
                     _skip_downstream(plan, step_id, results, skip_step, "did not run")
                     continue
                 launch(step_id)

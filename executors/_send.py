@@ -1,5 +1,9 @@
 """The send stage: call the capability once with prepared parameters.
 
+The run's budgets are asked first: a call that a budget refuses (a capability's
+``max_calls_per_run``, or a run already stopped by a budget) is not sent and comes back
+as a ``BUDGET_EXCEEDED`` error from the engine.
+
 It fixes what the call carries besides the parameters — the trace context, an
 idempotency key when the capability declares a header for one — and how long it may
 take: the capability's timeout (or ``tool_timeout_s``), cut to what remains of the step's
@@ -40,6 +44,9 @@ async def send(
     """One call of the step's capability with ``params`` (and the idempotency ``key``),
     observed as a ``tool_call``."""
     cap, services = state.capability, state.services
+    refused = services.budget.admit_tool_call(cap)
+    if refused is not None:
+        return CallResult(error=refused)
     remaining = deadline - asyncio.get_running_loop().time()
     timeout = min(cap.timeout_s or services.config.tool_timeout_s, max(0.001, remaining))
     headers: dict[str, str] = {}

@@ -228,6 +228,8 @@ class StepRunner:
         result = await send(state, prepared.params, layer=decision.layer, number=number,
                             deadline=deadline, key=key)
         outcome: AttemptOutcome = "succeeded" if result.error is None else "failed"
+        if result.error is not None and result.error.source is ErrorSource.ENGINE:
+            outcome = "not_sent"  # a guard of the engine (a run budget) stopped the call
         attempt = self._record(state, decision, outcome, result.error, prepared,
                                latency_s=result.latency_s)
         if side_effect:

@@ -131,8 +131,14 @@ class RecoveryHandler(Protocol):
 async def ask_handlers(
     handlers: list[RecoveryHandler], state: StepState, error: StepError
 ) -> Decision | GiveUp | None:
-    """The decide stage: ask each handler in order; the first answer wins."""
+    """The decide stage: ask each handler in order; the first answer wins.
+
+    Once a budget has stopped the run, no handler is asked: the step tries nothing more.
+    """
     for handler in handlers:
+        stopped = state.services.budget.stop_reason()
+        if stopped is not None:
+            return GiveUp(stopped)
         decision = await handler.decide(state, error)
         if decision is not None:
             return decision

@@ -5,12 +5,14 @@ underscore are internal and may change without notice; every other module declar
 public names in ``__all__`` (tests/test_public_api.py pins them).
 """
 
+from orchestration._version import __version__
 from orchestration.catalog import Capability, Catalog
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import (
     ApprovalError,
     CatalogError,
     ConfigError,
+    ConfigWarning,
     DagwrightError,
     LLMBudgetExceeded,
     LLMError,
@@ -43,6 +45,7 @@ from orchestration.result import (
     PLAN_APPROVAL,
     Approval,
     Attempt,
+    BudgetExceeded,
     PendingApproval,
     RunResult,
     RunUsage,
@@ -51,18 +54,17 @@ from orchestration.result import (
 from orchestration.retry_policy import RetryPolicy
 from orchestration.state import RunState
 
-__version__ = "0.1.0"
-
-
 __all__ = [
     "PLAN_APPROVAL",
     "Approval",
     "ApprovalError",
     "Attempt",
+    "BudgetExceeded",
     "Capability",
     "Catalog",
     "CatalogError",
     "ConfigError",
+    "ConfigWarning",
     "DagwrightError",
     "ErrorCategory",
     "ErrorSource",

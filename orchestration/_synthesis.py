@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestration._text import clip
-from orchestration.errors import LLMError
+from orchestration.errors import LLMBudgetExceeded, LLMError
 from orchestration.llm.base import LLMRequest
 from orchestration.result import StepResult
 from orchestration.services import AnswerDeltaConsumer, RunServices
@@ -162,5 +162,8 @@ async def answer_run(
                 run.answer = await synthesize(run, services)
     except TimeoutError:
         run.warn(f"answer synthesis skipped: {limit} passed")
+    except LLMBudgetExceeded as exc:
+        spent = run.budget_exceeded.describe() if run.budget_exceeded is not None else str(exc)
+        run.warn(f"answer synthesis skipped: {spent}")
     except LLMError as exc:
         run.warn(f"answer synthesis failed: {exc}")

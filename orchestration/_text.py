@@ -43,10 +43,19 @@ def describe_validation_error(exc: ValidationError, *, root: str = "(root)", lim
     problems are listed, with a count of the rest.
     """
     errors = exc.errors()
-    parts = [f"{'.'.join(str(p) for p in e['loc']) or root}: {e['msg']}" for e in errors[:limit]]
+    parts = [_one_problem(e, root) for e in errors[:limit]]
     if len(errors) > limit:
         parts.append(f"… and {len(errors) - limit} more")
     return "; ".join(parts)
+
+
+def _one_problem(error: Any, root: str) -> str:
+    location = ".".join(str(p) for p in error["loc"])
+    message = str(error["msg"])
+    if not location and message.startswith("Value error, "):
+        # a check of the whole value (a model validator) speaks for itself
+        return message.removeprefix("Value error, ")
+    return f"{location or root}: {message}"
 
 
 def closest(name: str, candidates: Iterable[str]) -> str | None:

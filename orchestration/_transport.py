@@ -25,11 +25,13 @@ from orchestration.protocol import ErrorCategory, ErrorSource, StepError, classi
 
 @dataclass
 class CallResult:
-    """The outcome of one call: ``data`` when ``error`` is None."""
+    """The outcome of one call: ``data`` when ``error`` is None; ``http_status`` the status
+    code of an HTTP tool's answer (on success too, for the HTTP client span)."""
 
     data: Any = None
     error: StepError | None = None
     latency_s: float = 0.0
+    http_status: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -236,8 +238,8 @@ class ToolTransport:
             response.status_code, response.content, dict(response.headers)
         )
         if classified.ok:
-            return CallResult(data=classified.data)
-        return CallResult(error=classified.error)
+            return CallResult(data=classified.data, http_status=response.status_code)
+        return CallResult(error=classified.error, http_status=response.status_code)
 
 
 def _transport_error(category: ErrorCategory, code: str, message: str, *, sent: bool) -> CallResult:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -20,7 +21,7 @@ from orchestration.errors import CatalogError
 if TYPE_CHECKING:
     from orchestration._transport import CallResult
 
-__all__ = ["IDEMPOTENT_METHODS", "Capability", "Invoker", "check_schema"]
+__all__ = ["IDEMPOTENT_METHODS", "Capability", "Invoker", "check_schema", "schema_problems"]
 
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 _NAME = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
@@ -78,13 +79,24 @@ class Capability(BaseModel):
         description="Per-capability overrides of layer settings, e.g. "
         "{'validation_feedback_enabled': false, 'max_validation_retries': 1}.",
     )
+    max_calls_per_run: int | None = Field(
+        None, ge=1,
+        description="Budget: at most this many calls of this capability per run (every "
+        "attempt sent counts); the next one is not sent and the run stops.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Capability:
         self.method = self.method.upper()
         if sum(x is not None for x in (self.url, self.function, self.invoker)) != 1:
-            raise ValueError("needs exactly one of 'url' (HTTP tool), a Python function or an "
-                             "invoker (MCP, OpenAPI)")
+            raise ValueError("needs exactly one of 'url' (HTTP tool), 'function' (Python tool) "
+                             "or an invoker (MCP, OpenAPI)")
+        if self.url is not None:
+            parts = urlsplit(self.url)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                hint = (" (a Python tool is written as function: module:qualname)"
+                        if parts.scheme == "python" else "")
+                raise ValueError(f"url must be an http:// or https:// URL, got {self.url!r}{hint}")
         if self.idempotent is None:
             self.idempotent = self.function is not None or (
                 self.url is not None and self.method in IDEMPOTENT_METHODS)
@@ -103,14 +115,18 @@ class Capability(BaseModel):
         return bool(self.idempotent)
 
 
+def schema_problems(schema: Any, where: str, what: str = "input_schema") -> list[str]:
+    """Every way ``schema`` is not a valid JSON Schema, each naming ``where`` and its
+    JSON path."""
+    if not isinstance(schema, dict):
+        return [f"{where}: {what} must be a JSON object, got {type(schema).__name__}"]
+    return [f"{where}: invalid {what} at {path}: {message}"
+            for path, message in _schema.check_schema_errors(schema)]
+
+
 def check_schema(schema: Any, where: str) -> None:
     """Reject a schema that is not itself a valid JSON Schema, naming ``where`` and the
     JSON path of every problem (not only the first)."""
-    if not isinstance(schema, dict):
-        raise CatalogError(f"{where}: input_schema must be a JSON object, got {type(schema).__name__}")
-    problems = _schema.check_schema_errors(schema)
+    problems = schema_problems(schema, where)
     if problems:
-        raise CatalogError(f"{where}: " + "; ".join(
-            f"invalid input_schema at {path}: {message}" for path, message in problems))
-
-
+        raise CatalogError.of(problems, where)

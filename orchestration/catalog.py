@@ -4,7 +4,14 @@ A capability is called over HTTP (the URL always comes from here, never from an 
 in-process through a Python callable, or through an ``invoker`` that a source supplies
 (an MCP server's tool, an OpenAPI operation; see :mod:`orchestration.sources`). Input
 schemas are checked when the catalog loads, so a broken schema is reported with the
-capability's name at start-up instead of as a confusing validation failure mid-run.
+capability's name at start-up instead of as a confusing validation failure mid-run. A
+catalog is checked whole: every problem of a file is reported at once, each with the
+file, tool, capability and JSON path.
+
+A catalog written with :meth:`Catalog.to_dict` reads back with :meth:`Catalog.from_dict`
+to the same catalog: a Python tool is written as ``function: module:qualname`` (never as
+a URL) and imported again when read; a callable without an importable name (a lambda, a
+nested function) cannot be written down and says so.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import pkgutil
 import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -22,7 +30,13 @@ import yaml
 from pydantic import ValidationError
 
 from orchestration._text import describe_validation_error
-from orchestration.capability import IDEMPOTENT_METHODS, Capability, Invoker, check_schema
+from orchestration.capability import (
+    IDEMPOTENT_METHODS,
+    Capability,
+    Invoker,
+    check_schema,
+    schema_problems,
+)
 from orchestration.errors import CatalogError, ConfigError
 from orchestration.layer_settings import check_layer_overrides
 from orchestration.retry_policy import check_overrides
@@ -31,7 +45,8 @@ from orchestration.sources import Source, SourceListing
 if TYPE_CHECKING:
     from orchestration.sources._runtime import SourceRuntime
 
-__all__ = ["IDEMPOTENT_METHODS", "Capability", "Catalog", "Invoker", "check_schema"]
+__all__ = ["IDEMPOTENT_METHODS", "Capability", "Catalog", "Invoker", "check_schema",
+           "function_reference", "schema_problems"]
 
 _TOOL_DEFAULTS = ("timeout_s", "headers", "retry", "layers")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -50,6 +65,34 @@ def _expand_env(text: str) -> str:
         return value
 
     return _ENV_REF.sub(repl, text)
+
+
+def function_reference(fn: Callable[..., Any]) -> str | None:
+    """``module:qualname`` that imports back to ``fn`` itself, or None (a lambda, a
+    nested function, a callable object: nothing a catalog file can name)."""
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None)
+    if not module or not qualname or "<" in qualname:
+        return None
+    reference = f"{module}:{qualname}"
+    try:
+        found = pkgutil.resolve_name(reference)
+    except (ImportError, AttributeError, ValueError):
+        return None
+    return reference if found is fn else None
+
+
+def _resolve_function(reference: Any) -> Callable[..., Any]:
+    """The callable a catalog names as ``function: module:qualname``."""
+    if not isinstance(reference, str) or ":" not in reference:
+        raise ValueError(f"function must be 'module:qualname' text, got {reference!r}")
+    try:
+        found = pkgutil.resolve_name(reference)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ValueError(f"function {reference!r} cannot be imported: {exc}") from exc
+    if not callable(found):
+        raise ValueError(f"function {reference!r} is not callable")
+    return found
 
 
 class Catalog:
@@ -82,14 +125,17 @@ class Catalog:
         name = f"{prefix}capability {capability.key!r}"
         if key in self._caps and not replace:
             raise CatalogError(f"{name} is defined twice")
-        check_schema(capability.input_schema, name)
-        try:
-            check_overrides(capability.retry, source=name)
-            check_layer_overrides(capability.layers, source=name)
-        except ConfigError as exc:
-            raise CatalogError(str(exc)) from exc
+        problems = schema_problems(capability.input_schema, name)
         if capability.output_schema is not None:
-            check_schema(capability.output_schema, f"{name} output")
+            problems += schema_problems(capability.output_schema, name, "output_schema")
+        for check, overrides in ((check_overrides, capability.retry),
+                                 (check_layer_overrides, capability.layers)):
+            try:
+                check(overrides, source=name)
+            except ConfigError as exc:
+                problems.append(str(exc))
+        if problems:
+            raise CatalogError.of(problems, where or "catalog")
         with self._lock:
             self._caps[key] = capability
             self._tool_descriptions.setdefault(capability.tool, "")
@@ -162,7 +208,7 @@ class Catalog:
         try:
             cap = Capability(**fields)
         except ValidationError as exc:
-            raise CatalogError(f"{where}: {describe_validation_error(exc)}") from exc
+            raise CatalogError.of([f"{where}: {describe_validation_error(exc)}"], where) from exc
         return self.add(cap, where=context)
 
     @classmethod
@@ -176,11 +222,13 @@ class Catalog:
     ) -> Catalog:
         """Build from ``{"tools": [{"name", "base_url", "capabilities": [...]}]}``.
 
-        A capability gives ``url`` or a ``path`` joined to its tool's ``base_url``;
-        ``${VAR:-default}`` in URLs is expanded from the environment. ``mcp_servers:``
-        and ``openapi:`` lists add those sources (see ``docs/tools.md``); relative spec
-        paths are read from ``base_dir``. ``origin`` is the ``source`` label of the
-        capabilities listed under ``tools`` (default ``dict:<source>``).
+        A capability gives ``url``, or a ``path`` joined to its tool's ``base_url``, or
+        ``function: module:qualname`` for a Python tool; ``${VAR:-default}`` in URLs is
+        expanded from the environment. ``mcp_servers:`` and ``openapi:`` lists add those
+        sources (see ``docs/tools.md``); relative spec paths are read from ``base_dir``.
+        ``origin`` is the ``source`` label of the capabilities listed under ``tools``
+        (default ``dict:<source>``). Every problem of the whole catalog is collected and
+        raised as one :class:`CatalogError` (its ``problems`` list them).
         """
         catalog = cls()
         if not isinstance(data, Mapping):
@@ -193,41 +241,41 @@ class Catalog:
             raise CatalogError(f"{source}: expected a top-level 'tools' list "
                                "(or 'mcp_servers' / 'openapi' lists)")
         origin = origin or f"dict:{source}"
+        problems: list[str] = []
         for t_index, tool in enumerate(tools):
             where = f"{source}: tools[{t_index}]"
             if not isinstance(tool, Mapping) or not isinstance(tool.get("name"), str):
-                raise CatalogError(f"{where}: each tool needs a 'name'")
+                problems.append(f"{where}: each tool needs a 'name'")
+                continue
             name = tool["name"]
             where = f"{source}: tool {name!r}"
             catalog.describe_tool(name, str(tool.get("description", "")))
-            base_url = _expand_env(str(tool["base_url"])).rstrip("/") if tool.get("base_url") else None
+            try:
+                base_url = (_expand_env(str(tool["base_url"])).rstrip("/")
+                            if tool.get("base_url") else None)
+            except CatalogError as exc:
+                problems.append(f"{where}: {exc}")
+                base_url = None
             # tool-level defaults; dict-valued ones (retry, layers, headers) are merged
             # key by key with the capability's, which wins
             defaults = {k: tool[k] for k in _TOOL_DEFAULTS if k in tool}
             caps = tool.get("capabilities")
             if not isinstance(caps, list) or not caps:
-                raise CatalogError(f"{where}: needs a non-empty 'capabilities' list")
+                problems.append(f"{where}: needs a non-empty 'capabilities' list")
+                continue
             for c_index, raw in enumerate(caps):
                 if not isinstance(raw, Mapping) or not isinstance(raw.get("name"), str):
-                    raise CatalogError(f"{where}: capabilities[{c_index}] needs a 'name'")
-                fields = {**defaults, **{k: v for k, v in raw.items() if k != "path"}}
-                for key in ("retry", "layers", "headers"):
-                    if isinstance(defaults.get(key), Mapping) and isinstance(raw.get(key), Mapping):
-                        fields[key] = {**defaults[key], **raw[key]}
-                if "url" in fields:
-                    fields["url"] = _expand_env(str(fields["url"]))
-                elif "path" in raw:
-                    if base_url is None:
-                        raise CatalogError(
-                            f"{where}: capability {raw['name']!r} gives a path but the tool "
-                            "has no base_url"
-                        )
-                    fields["url"] = base_url + "/" + str(raw["path"]).lstrip("/")
-                else:
-                    raise CatalogError(f"{where}: capability {raw['name']!r} needs 'url' or 'path'")
-                fields.setdefault("source", origin)
-                catalog._build_and_add(f"{where} capability {raw['name']!r}", context=where,
-                                       tool=name, **fields)
+                    problems.append(f"{where}: capabilities[{c_index}] needs a 'name'")
+                    continue
+                try:
+                    fields = _capability_fields(raw, defaults, base_url, where)
+                    fields.setdefault("source", origin)
+                    catalog._build_and_add(f"{where}: capability '{name}.{raw['name']}'",
+                                           context=where, tool=name, **fields)
+                except CatalogError as exc:
+                    problems.extend(exc.problems)
+        if problems:
+            raise CatalogError.of(problems, source)
         if has_sources:
             try:
                 catalog._add_sources_from_dict(data, source=source, base_dir=base_dir)
@@ -244,10 +292,14 @@ class Catalog:
             text = p.read_text(encoding="utf-8")
         except OSError as exc:
             raise CatalogError(f"cannot read catalog {p}: {exc.strerror or exc}") from exc
+        kind = "json" if p.suffix == ".json" else "yaml"
         try:
-            data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-        except (ValueError, yaml.YAMLError) as exc:
-            raise CatalogError(f"catalog {p} is not valid {p.suffix[1:] or 'YAML'}: {exc}") from exc
+            data = json.loads(text) if kind == "json" else yaml.safe_load(text)
+        except json.JSONDecodeError as exc:
+            raise CatalogError(f"{p}:{exc.lineno}:{exc.colno}: catalog is not valid json: "
+                               f"{exc.msg}") from exc
+        except yaml.YAMLError as exc:
+            raise CatalogError(_yaml_error(p, exc)) from exc
         return cls.from_dict(data or {}, source=str(p), base_dir=p.parent, origin=f"file:{p}")
 
     @classmethod
@@ -542,19 +594,34 @@ class Catalog:
         """Tool name → description."""
         return dict(self._tool_descriptions)
 
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable description (Python callables shown as ``python:<name>``)."""
+    def to_dict(self, *, skip_unnamed_functions: bool = False) -> dict[str, Any]:
+        """The catalog as data that :meth:`from_dict` reads back to the same catalog.
+
+        A Python tool is written as ``function: module:qualname``. One whose callable
+        has no importable name (a lambda, a nested function) cannot be written down: a
+        :class:`CatalogError` names it, unless ``skip_unnamed_functions`` leaves it out.
+        """
         tools: dict[str, dict[str, Any]] = {}
+        unnamed: list[str] = []
         for cap in self:
+            item = cap.model_dump(exclude={"tool", "function"}, exclude_none=True)
+            if cap.function is not None:
+                reference = function_reference(cap.function)
+                if reference is None:
+                    unnamed.append(cap.key)
+                    continue
+                item["function"] = reference
             entry = tools.setdefault(
                 cap.tool,
                 {"name": cap.tool, "description": self._tool_descriptions.get(cap.tool, ""),
                  "capabilities": []},
             )
-            item = cap.model_dump(exclude={"tool", "function"}, exclude_none=True)
-            if cap.function is not None:
-                item["url"] = f"python:{getattr(cap.function, '__qualname__', 'callable')}"
             entry["capabilities"].append(item)
+        if unnamed and not skip_unnamed_functions:
+            raise CatalogError(
+                f"cannot write capability {', '.join(unnamed)}: its Python function has no "
+                "importable name (a lambda or a nested function), so a catalog file could not "
+                "call it; define it at module level, or pass skip_unnamed_functions=True")
         return {"tools": list(tools.values())}
 
 
@@ -574,3 +641,40 @@ def _expand_env_deep(value: Any) -> Any:
         return [_expand_env_deep(v) for v in value]
     return value
 
+
+def _capability_fields(
+    raw: Mapping[str, Any], defaults: Mapping[str, Any], base_url: str | None, where: str
+) -> dict[str, Any]:
+    """A capability entry of a catalog file as :class:`Capability` fields: tool defaults
+    merged in, the URL built and expanded, a ``function`` reference imported."""
+    label = f"{where}: capability {raw['name']!r}"
+    fields = {**defaults, **{k: v for k, v in raw.items() if k != "path"}}
+    for key in ("retry", "layers", "headers"):
+        if isinstance(defaults.get(key), Mapping) and isinstance(raw.get(key), Mapping):
+            fields[key] = {**defaults[key], **raw[key]}
+    if "function" in fields:
+        if "url" in fields or "path" in raw:
+            raise CatalogError(f"{label} gives both 'function' and a URL; a Python tool has no URL")
+        try:
+            fields["function"] = _resolve_function(fields["function"])
+        except ValueError as exc:
+            raise CatalogError(f"{label}: {exc}") from None
+    elif "url" in fields:
+        fields["url"] = _expand_env(str(fields["url"]))
+    elif "path" in raw:
+        if base_url is None:
+            raise CatalogError(f"{label} gives a path but the tool has no base_url")
+        fields["url"] = base_url + "/" + str(raw["path"]).lstrip("/")
+    else:
+        raise CatalogError(f"{label} needs 'url', 'path' or 'function'")
+    return fields
+
+
+def _yaml_error(path: Path, exc: yaml.YAMLError) -> str:
+    """A YAML error located in the file (PyYAML says ``<unicode string>``)."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    context = getattr(exc, "context", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    detail = f"{problem} ({context})" if context else str(problem)
+    return f"{where}: catalog is not valid yaml: {detail}"

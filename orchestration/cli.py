@@ -1,4 +1,10 @@
-"""The ``dagwright`` command: demo, run, plan, tools, config, serve-tools."""
+"""The ``dagwright`` command: run and plan queries, inspect the catalog, settings and LLM
+exchanges, and try the offline demo.
+
+Every command whose output is data takes ``--json``. Every error says what was wrong and
+ends with what to do next; the exit code says which kind of outcome it was
+(:data:`EXIT_CODES`, also in ``dagwright --help`` and docs/troubleshooting.md).
+"""
 
 from __future__ import annotations
 
@@ -6,26 +12,55 @@ import argparse
 import asyncio
 import json
 import sys
+import textwrap
+import warnings
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 from prometheus_client import CollectorRegistry
 
+from orchestration._text import closest
+from orchestration._version import __version__
 from orchestration.catalog import Catalog
 from orchestration.config import OrchestratorConfig
-from orchestration.errors import DagwrightError
+from orchestration.errors import CatalogError, ConfigError, DagwrightError, PlanningError
 from orchestration.events import RunEvent
 from orchestration.llm.scripted import ScriptedLLM
 from orchestration.orchestrator import Orchestrator
 from orchestration.plan import ValidatedPlan
-from orchestration.result import Approval, PendingApproval, RunResult
+from orchestration.result import Approval, PendingApproval, RunResult, StepResult
 from orchestration.store import RunStore
 
-__all__ = ["build_parser", "main", "render_plan", "render_result"]
+__all__ = ["EXIT_CODES", "build_parser", "main", "render_plan", "render_result"]
 
 T = TypeVar("T")
 SYMBOLS = {"succeeded": "✔", "failed": "✘", "skipped": "⊘", "unknown": "?"}
 
+EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE, EXIT_PLANNING, EXIT_BUDGET, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+EXIT_CODES: dict[int, str] = {
+    EXIT_OK: "success (a run: every step succeeded)",
+    EXIT_RUN_FAILED: "the run ended partial or failed (steps failed); demo: a scenario "
+                     "misbehaved; debug: no exchanges of that run",
+    EXIT_USAGE: "usage or configuration error (arguments, ORCH_* settings, the catalog); "
+                "nothing ran",
+    EXIT_PLANNING: "planning failed: no valid plan (LLM unreachable, refused, unusable answers)",
+    EXIT_BUDGET: "a budget stopped the run (LLM calls, tokens, cost, or calls of a capability)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+}
+
+# who produced the parameters of a step's last attempt, in words
+FIXED_BY = {
+    "resilience": "resilience (same parameters after a transport fault)",
+    "validation_feedback": "layer 3 (validation feedback)",
+    "semantic_retry": "layer 4 (semantic retry)",
+    "transient_override": "layer 4 (error judged transient)",
+}
+_DEBUG_HINT = ("set ORCH_LLM_DEBUG_ENABLED=true and run again, then `dagwright debug {run_id}` "
+               "shows every prompt and answer")
+
+
+# --- rendering -------------------------------------------------------------------------------
 
 def render_plan(plan: ValidatedPlan, out: TextIO) -> None:
     """The DAG as an indented tree (a step with several parents appears under each)."""
@@ -48,12 +83,27 @@ def render_plan(plan: ValidatedPlan, out: TextIO) -> None:
         show(root, "  ", index == len(roots) - 1, set())
 
 
+def _step_headline(step: StepResult) -> str:
+    """``✔ fee [currency.convert] succeeded — fixed by layer 3 ..., 2 attempts, 14.0 ms``."""
+    mark = SYMBOLS.get(step.status, "?")
+    line = f"  {mark} {step.id} [{step.tool}.{step.capability}] {step.status}"
+    if step.status == "succeeded" and step.attempts:
+        last = step.attempts[-1]
+        fixer = FIXED_BY.get(last.layer)
+        if fixer is None and last.coercions:
+            fixer = "layer 2 (type coercion)"
+        if fixer:
+            line += f" — fixed by {fixer}"
+    if step.status != "skipped":
+        line += f" — {len(step.attempts)} attempt(s), {step.duration_s * 1000:.1f} ms"
+    return line
+
+
 def render_result(result: RunResult, out: TextIO) -> None:
-    """Each step's outcome and attempts, then the answer."""
+    """Each step's outcome (and the layer that fixed it) with its attempts, the run's
+    status and usage, the reason it did not succeed, and the answer."""
     for step in result.steps.values():
-        mark = SYMBOLS.get(step.status, "?")
-        out.write(f"  {mark} {step.id} [{step.tool}.{step.capability}] {step.status}"
-                  f" — {len(step.attempts)} attempt(s), {step.duration_s * 1000:.1f} ms\n")
+        out.write(_step_headline(step) + "\n")
         for attempt in step.attempts:
             line = (f"      #{attempt.number} layer={attempt.layer} outcome={attempt.outcome}"
                     f" params={json.dumps(attempt.params)}")
@@ -77,14 +127,72 @@ def render_result(result: RunResult, out: TextIO) -> None:
         if step.error is not None and step.error.details.get("gave_up"):
             out.write(f"      stopped: {step.error.details['gave_up']}\n")
     u = result.usage
+    cost = f" | cost {u.cost:.4g}" if u.cost is not None else ""
     out.write(f"  status: {result.status} | LLM calls: {u.llm_calls} "
-              f"(tokens in/out {u.input_tokens}/{u.output_tokens}) | {u.wall_time_s * 1000:.0f} ms\n")
+              f"(tokens in/out {u.input_tokens}/{u.output_tokens}){cost} | "
+              f"{u.wall_time_s * 1000:.0f} ms\n")
+    if result.status != "succeeded" and result.error:
+        out.write(f"  reason: {result.error}\n")
+    for warning in result.warnings:
+        out.write(f"  warning: {warning}\n")
     if result.answer:
         out.write("  answer:\n" + "".join(f"    {line}\n" for line in result.answer.splitlines()))
 
 
+def _next_steps(result: RunResult) -> str | None:
+    """What to do about a run that did not succeed."""
+    if result.status == "succeeded":
+        return None
+    if result.budget_exceeded is not None:
+        report = result.budget_exceeded
+        return (f"raise {report.setting} if the run needs more, or see where it spent: "
+                "`dagwright run --json` shows usage by purpose and calls per capability")
+    debug = _DEBUG_HINT.format(run_id=result.run_id)
+    if result.plan is None:
+        return (f"check the LLM settings with `dagwright config` (docs/troubleshooting.md "
+                f"explains each error); {debug}")
+    return (f"each failed step above shows every attempt and why the layers stopped; {debug}")
+
+
+def exit_code_of(result: RunResult) -> int:
+    """The exit code of a finished run (see :data:`EXIT_CODES`)."""
+    if result.status == "succeeded":
+        return EXIT_OK
+    if result.budget_exceeded is not None:
+        return EXIT_BUDGET
+    if result.plan is None:
+        return EXIT_PLANNING
+    return EXIT_RUN_FAILED
+
+
+# --- commands --------------------------------------------------------------------------------
+
+def _catalog_for(args: argparse.Namespace, config: OrchestratorConfig) -> Catalog:
+    """``--catalog`` wins over ``ORCH_CATALOG``."""
+    path = getattr(args, "catalog", None) or config.catalog
+    if path is None:
+        raise ConfigError("no catalog: set ORCH_CATALOG or pass --catalog FILE "
+                          "(config/catalog.example.yaml is an example)")
+    return Catalog.from_file(path)
+
+
 def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     from orchestration.demo.scenarios import scenarios, scripted_llm_for
+
+    known = [s.name for s in scenarios()]
+    if args.list:
+        for scenario in scenarios():
+            out.write(f"{scenario.name:12} {scenario.shows}\n")
+        return EXIT_OK
+    unknown = [name for name in args.scenario if name not in known]
+    if unknown:
+        hints = []
+        for name in unknown:
+            near = closest(name, known)
+            hints.append(f"{name!r}" + (f" (did you mean {near!r}?)" if near else ""))
+        raise UsageError(f"unknown demo scenario {', '.join(hints)}; the scenarios are: "
+                         f"{', '.join(known)}", "`dagwright demo --list` describes each")
+
     from orchestration.demo.tools import start_demo_tools
 
     out.write("dagwright demo — the LLM in this demo is SCRIPTED (no model is called):\n"
@@ -107,11 +215,7 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
             out.write(f"\n=== scenario {scenario.name}: {scenario.query}\n")
             out.write(f"    shows: {scenario.shows}\n")
             result = orch.run(scenario.query)
-            if result.plan is not None:
-                from orchestration.plan import Plan, validate_plan
-
-                out.write("  plan:\n")
-                render_plan(validate_plan(Plan.model_validate(result.plan), catalog), out)
+            _render_plan_of(result, catalog, out)
             render_result(result, out)
             ok = result.status == scenario.expect_status
             out.write(f"  => {'as expected' if ok else 'UNEXPECTED'} "
@@ -120,11 +224,16 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
                 failures.append(scenario.name)
     out.write("\n" + (f"FAILED scenarios: {', '.join(failures)}\n" if failures
                       else f"All {len(selected)} scenarios behaved as expected.\n"))
-    return 1 if failures else 0
+    return EXIT_RUN_FAILED if failures else EXIT_OK
 
 
-def _orchestrator_from_env() -> Orchestrator:
-    return Orchestrator.from_env()
+def _render_plan_of(result: RunResult, catalog: Catalog, out: TextIO) -> None:
+    if result.plan is None:
+        return
+    from orchestration.plan import Plan, validate_plan
+
+    out.write("  plan:\n")
+    render_plan(validate_plan(Plan.model_validate(result.plan), catalog), out)
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
@@ -133,12 +242,13 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     from orchestration.telemetry.exporters import tracer_provider_from_config
 
     config = OrchestratorConfig()
+    catalog = _catalog_for(args, config)
     configure_logging(config)
     provider = tracer_provider_from_config(config)
     port = args.metrics_port if args.metrics_port is not None else config.metrics_port
     metrics_server = serve_metrics(port) if port is not None else None
     try:
-        orch = Orchestrator.from_env(config=config, tracer_provider=provider)
+        orch = Orchestrator.from_env(config=config, catalog=catalog, tracer_provider=provider)
         progress = Progress(sys.stderr)
         try:
             result = orch.run(args.query, on_event=progress)
@@ -152,36 +262,20 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     if args.json:
         out.write(json.dumps(result.to_dict(), indent=2) + "\n")
     else:
+        trace = f" (trace {result.trace_id})" if result.trace_id else ""
+        out.write(f"run {result.run_id}{trace}\n")
+        _render_plan_of(result, catalog, out)
+        out.write("  steps:\n" if result.steps else "")
         render_result(result, out)
-    return 0 if result.status == "succeeded" else 1
-
-
-def cmd_debug(args: argparse.Namespace, out: TextIO) -> int:
-    from pathlib import Path
-
-    from orchestration.debug_store import read_run, render_run
-
-    path = Path(args.path) if args.path else OrchestratorConfig().llm_debug_path
-    if not path.exists() and not path.with_name(path.name + ".1").exists():
-        raise DagwrightError(f"no LLM debug store at {path} (set ORCH_LLM_DEBUG_ENABLED=true "
-                             "before the run, or pass --path)")
-    try:
-        records = read_run(path, args.run_id)
-    except ValueError as exc:
-        raise DagwrightError(str(exc)) from exc
-    if not records:
-        print(f"dagwright: no LLM exchanges of run {args.run_id!r} in {path}", file=sys.stderr)
-        return 1
-    if args.json:
-        for record in records:
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
-    else:
-        out.write(render_run(records, full=not args.brief))
-    return 0
+        advice = _next_steps(result)
+        if advice:
+            out.write(f"  next: {advice}\n")
+    return exit_code_of(result)
 
 
 def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
-    orch = _orchestrator_from_env()
+    config = OrchestratorConfig()
+    orch = Orchestrator.from_env(config=config, catalog=_catalog_for(args, config))
     try:
         plan = asyncio.run(orch.plan(args.query))
     finally:
@@ -190,45 +284,87 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
         out.write(json.dumps(plan.to_dict(), indent=2) + "\n")
     else:
         render_plan(plan, out)
-    return 0
+    return EXIT_OK
 
 
 def cmd_tools(args: argparse.Namespace, out: TextIO) -> int:
-    path = args.catalog or OrchestratorConfig().catalog
-    if path is None:
-        raise DagwrightError("no catalog: set ORCH_CATALOG or pass --catalog FILE")
-    catalog = Catalog.from_file(path)
+    catalog = _catalog_for(args, OrchestratorConfig())
     try:
         if args.schema:
             tool, dot, name = args.schema.partition(".")
             if not dot:
-                raise DagwrightError(f"--schema takes tool.capability, got {args.schema!r}")
+                raise UsageError(f"--schema takes tool.capability, got {args.schema!r}",
+                                 "`dagwright tools` lists the capabilities")
             out.write(json.dumps(catalog.get(tool, name).input_schema, indent=2) + "\n")
-            return 0
+            return EXIT_OK
+        if args.json:
+            out.write(json.dumps(catalog.to_dict(skip_unnamed_functions=True), indent=2) + "\n")
+            return EXIT_OK
         for cap in catalog:
             target = cap.url or ("python" if cap.function is not None else "")
             flags = "".join(f" [{f}]" for f, on in (("idempotent", cap.is_idempotent),
                                                     ("requires approval", cap.requires_approval))
                             if on)
+            if cap.max_calls_per_run:
+                flags += f" [at most {cap.max_calls_per_run} calls per run]"
             method = cap.method if cap.url or cap.source.startswith("openapi:") else ""
             out.write(f"{cap.key:32} {method:6} {target}\n"
                       f"    source: {cap.source}{flags}\n    {cap.description}\n")
     finally:
         catalog.close()  # MCP servers the catalog started
-    return 0
+    return EXIT_OK
+
+
+def cmd_debug(args: argparse.Namespace, out: TextIO) -> int:
+    from orchestration.debug_store import read_run, render_run
+
+    path = Path(args.path) if args.path else OrchestratorConfig().llm_debug_path
+    if not path.exists() and not path.with_name(path.name + ".1").exists():
+        raise UsageError(f"no LLM debug store at {path}",
+                         "set ORCH_LLM_DEBUG_ENABLED=true before the run (and "
+                         "ORCH_LLM_DEBUG_PATH to choose the file), or pass --path FILE")
+    try:
+        records = read_run(path, args.run_id)
+    except ValueError as exc:
+        raise UsageError(str(exc), "give more characters of the run id") from exc
+    if not records:
+        _error(f"no LLM exchanges of run {args.run_id!r} in {path}",
+               "`dagwright run` prints the run id on its first line; the run must have "
+               "happened with ORCH_LLM_DEBUG_ENABLED=true")
+        return EXIT_RUN_FAILED
+    if args.json:
+        for record in records:
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    else:
+        out.write(render_run(records, full=not args.brief))
+    return EXIT_OK
 
 
 def cmd_config(args: argparse.Namespace, out: TextIO) -> int:
-    for name, value in OrchestratorConfig().effective_values().items():
+    values = OrchestratorConfig().effective_values()
+    if args.json:
+        out.write(json.dumps(values, indent=2, default=str) + "\n")
+        return EXIT_OK
+    for name, value in values.items():
         out.write(f"{name}={json.dumps(value) if not isinstance(value, str) else value}\n")
-    return 0
+    return EXIT_OK
 
 
 def cmd_serve_tools(args: argparse.Namespace, out: TextIO) -> int:
     from orchestration.demo.tools import serve_forever
 
     serve_forever(port=args.port, out=out)
-    return 0
+    return EXIT_OK
+
+
+# --- the parser --------------------------------------------------------------------------------
+
+def _epilog() -> str:
+    codes = "\n".join(textwrap.fill(meaning, 96, initial_indent=f"  {code:<4} ",
+                                     subsequent_indent=" " * 7)
+                       for code, meaning in EXIT_CODES.items())
+    return (f"exit codes:\n{codes}\n\nSettings are ORCH_* variables (`dagwright config` lists "
+            "them); docs/troubleshooting.md explains every error message.")
 
 
 # --- run history: runs list / runs show / resume ---------------------------------------
@@ -449,13 +585,20 @@ def _add_run_history_commands(sub: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dagwright", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="dagwright", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Plan a query into a DAG of tool calls with an LLM and run it reliably.",
+        epilog=_epilog())
+    parser.add_argument("--version", action="version", version=f"dagwright {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                title="commands")
     demo = sub.add_parser("demo", help="run the offline demo (scripted LLM, real HTTP tools)")
-    demo.add_argument("scenario", nargs="*", help="only these scenarios")
+    demo.add_argument("scenario", nargs="*", help="only these scenarios (default: all)")
+    demo.add_argument("--list", action="store_true", help="list the scenarios and what each shows")
     demo.set_defaults(fn=cmd_demo)
     run = sub.add_parser("run", help="plan and run one query with the configured LLM")
     run.add_argument("query")
+    run.add_argument("--catalog", help="tool catalog file (default: ORCH_CATALOG)")
     run.add_argument("--json", action="store_true", help="print the RunResult as JSON")
     run.add_argument("--metrics-port", type=int, default=None,
                      help="serve Prometheus /metrics on this port during the run "
@@ -463,13 +606,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(fn=cmd_run)
     plan = sub.add_parser("plan", help="print the plan of a query without executing it")
     plan.add_argument("query")
-    plan.add_argument("--json", action="store_true")
+    plan.add_argument("--catalog", help="tool catalog file (default: ORCH_CATALOG)")
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(fn=cmd_plan)
-    tools = sub.add_parser("tools", help="list the catalog's capabilities and where each comes "
-                           "from (file, MCP server, OpenAPI spec, Python)")
+    tools = sub.add_parser("tools", help="list (and check) the tool catalog: each capability "
+                           "and where it comes from (file, MCP server, OpenAPI spec, Python)")
     tools.add_argument("--catalog", help="catalog file (default: ORCH_CATALOG)")
     tools.add_argument("--schema", metavar="NAME",
                        help="print the input JSON Schema of capability NAME (tool.capability)")
+    tools.add_argument("--json", action="store_true",
+                       help="print the catalog as JSON (what Catalog.from_dict reads)")
     tools.set_defaults(fn=cmd_tools)
     debug = sub.add_parser("debug", help="show one run's LLM prompts and answers from the "
                            "debug store (ORCH_LLM_DEBUG_ENABLED)")
@@ -479,6 +625,7 @@ def build_parser() -> argparse.ArgumentParser:
     debug.add_argument("--brief", action="store_true", help="cut each message to 500 chars")
     debug.set_defaults(fn=cmd_debug)
     config = sub.add_parser("config", help="print the effective ORCH_* settings (secrets masked)")
+    config.add_argument("--json", action="store_true", help="print them as a JSON object")
     config.set_defaults(fn=cmd_config)
     serve = sub.add_parser("serve-tools", help="serve the demo tools on fixed ports until Ctrl-C")
     serve.add_argument("--port", type=int, default=8700)
@@ -487,14 +634,58 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# --- errors ------------------------------------------------------------------------------------
+
+class UsageError(DagwrightError):
+    """A command used wrongly; carries what to do next."""
+
+    def __init__(self, message: str, next_step: str) -> None:
+        super().__init__(message)
+        self.next_step = next_step
+
+
+def _next_for(exc: DagwrightError) -> str:
+    if isinstance(exc, UsageError):
+        return exc.next_step
+    if isinstance(exc, ConfigError):
+        return ("fix the setting (docs/configuration.md lists every ORCH_* variable and its "
+                "values); `dagwright config` prints what is in effect")
+    if isinstance(exc, CatalogError):
+        return ("fix the catalog; `dagwright tools --catalog FILE` checks a catalog without "
+                "running anything (docs/troubleshooting.md)")
+    if isinstance(exc, PlanningError):
+        return ("check the LLM settings with `dagwright config`; to see what the LLM "
+                "answered, set ORCH_LLM_DEBUG_ENABLED=true and use `dagwright debug RUN_ID`")
+    return "see docs/troubleshooting.md"
+
+
+def _error(message: str, next_step: str) -> None:
+    print(f"dagwright: error: {message}\n  next: {next_step}", file=sys.stderr)
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: TextIO | None = None, line: str | None = None) -> None:
+    """Warnings as one line a user reads, not a source location."""
+    print(f"dagwright: warning: {message}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     args = build_parser().parse_args(argv)
-    try:
-        code: Any = args.fn(args, out)
-    except DagwrightError as exc:
-        print(f"dagwright: error: {exc}", file=sys.stderr)
-        return 2
+    fn: Callable[[argparse.Namespace, TextIO], int] = args.fn
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        try:
+            code: Any = fn(args, out)
+        except PlanningError as exc:
+            _error(f"planning failed: {exc}", _next_for(exc))
+            return EXIT_PLANNING
+        except DagwrightError as exc:
+            _error(str(exc), _next_for(exc))
+            return EXIT_USAGE
+        except KeyboardInterrupt:
+            print("dagwright: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
     return int(code)
 
 

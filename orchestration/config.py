@@ -3,19 +3,62 @@
 Field names are the snake_case of the variables (``ORCH_MAX_CONCURRENCY`` ↔
 ``max_concurrency``). Constructor arguments win over the environment, which wins over
 the defaults documented here and in ``config/example.env``.
+
+A configuration mistake is the first thing a new user meets, so it must read as one: a
+bad value raises :class:`~orchestration.errors.ConfigError` naming the ``ORCH_*``
+variable (or the constructor argument), the value given and what is allowed — never a
+pydantic traceback that names a field the user never typed. A misspelt ``ORCH_*``
+variable would otherwise be ignored in silence; it is warned about once per process
+(:class:`~orchestration.errors.ConfigWarning`) with the closest known name.
 """
 
 from __future__ import annotations
 
+import os
+import types
+import typing
+import warnings
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, field_validator
+import annotated_types
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings.exceptions import SettingsError
 
+from orchestration._text import closest
+from orchestration.errors import ConfigError, ConfigWarning
 from orchestration.layer_settings import DEFAULT_VALIDATION_ERROR_PATTERNS
 
-__all__ = ["OrchestratorConfig"]
+__all__ = ["ENV_PREFIX", "ModelPrice", "OrchestratorConfig", "env_name"]
+
+ENV_PREFIX = "ORCH_"
+
+
+def env_name(field: str) -> str:
+    """The environment variable of a setting: ``max_concurrency`` → ``ORCH_MAX_CONCURRENCY``."""
+    return f"{ENV_PREFIX}{field.upper()}"
+
+
+class ModelPrice(BaseModel):
+    """What one model costs, per 1000 tokens, in whatever currency the table uses."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input_per_1k: float = Field(ge=0, description="Price of 1000 input (prompt) tokens.")
+    output_per_1k: float = Field(ge=0, description="Price of 1000 output (completion) tokens.")
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float:
+        return input_tokens / 1000 * self.input_per_1k + output_tokens / 1000 * self.output_per_1k
 
 
 class OrchestratorConfig(BaseSettings):
@@ -35,8 +78,11 @@ class OrchestratorConfig(BaseSettings):
     llm_model: str | None = Field(None, description="Model name sent to the provider.")
     llm_api_key: SecretStr | None = Field(None, description="API key; never logged.")
     llm_timeout_s: float = Field(60.0, gt=0, description="Timeout of one LLM HTTP call.")
-    llm_structured_output: Literal["auto", "json_schema", "json_object", "tool", "none"] = Field(
-        "auto", description="How plans and layer answers are constrained to JSON."
+    llm_structured_output: Literal["auto", "json_schema", "json_object", "none"] = Field(
+        "auto",
+        description="How plans and layer answers are constrained to JSON: auto (the strongest "
+        "the provider supports: json_schema stepping down for OpenAI-compatible servers, tool "
+        "use for Anthropic), json_schema or json_object (OpenAI-compatible only), none.",
     )
     llm_script: Path | None = Field(
         None, description="JSON file with a list of scripted answers (provider scripted)."
@@ -79,6 +125,22 @@ class OrchestratorConfig(BaseSettings):
     )
     max_llm_calls_per_run: int = Field(
         50, ge=1, description="Cap on LLM calls of one run, planning included."
+    )
+    max_tokens_per_run: int | None = Field(
+        None, ge=1,
+        description="Budget of LLM tokens (input + output) of one run; once spent, no further "
+        "LLM call is made and the run stops (unset: no token budget).",
+    )
+    max_cost_per_run: float | None = Field(
+        None, gt=0,
+        description="Budget of LLM cost of one run, priced with ORCH_LLM_PRICES; once spent, "
+        "the run stops (unset: no cost budget).",
+    )
+    llm_prices: dict[str, ModelPrice] = Field(
+        default_factory=dict,
+        description="Price table as JSON: {\"model\": {\"input_per_1k\": 0.15, "
+        "\"output_per_1k\": 0.6}}; the key \"*\" prices any other model. Gives "
+        "RunUsage.cost and the orchestration_llm_cost metric.",
     )
     max_prompt_value_chars: int = Field(
         4000, ge=100, description="Longest parameter/output/error text put in a prompt."
@@ -156,6 +218,31 @@ class OrchestratorConfig(BaseSettings):
         description="The debug store rotates its file at this size (one old file kept).",
     )
 
+    def __init__(self, **values: Any) -> None:
+        """Read the settings; raise :class:`ConfigError` for bad values, warn about unknown
+        ``ORCH_*`` variables."""
+        warn_unknown_env()  # first: a misspelt name often explains a bad value
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise ConfigError(_describe(exc, given=values)) from None
+        except SettingsError as exc:  # a JSON-valued variable that is not JSON
+            raise ConfigError(_describe_settings_error(exc)) from None
+
+    @model_validator(mode="after")
+    def _check_budgets(self) -> OrchestratorConfig:
+        if self.max_cost_per_run is not None and not self.llm_prices:
+            raise ValueError(
+                "ORCH_MAX_COST_PER_RUN needs a price table: set ORCH_LLM_PRICES to JSON such as "
+                '{"gpt-4o-mini": {"input_per_1k": 0.00015, "output_per_1k": 0.0006}}')
+        return self
+
+    def price_of(self, model: str | None) -> ModelPrice | None:
+        """The price of ``model`` from ``llm_prices`` (the ``*`` entry for any other)."""
+        if model is not None and model in self.llm_prices:
+            return self.llm_prices[model]
+        return self.llm_prices.get("*")
+
     @field_validator("validation_error_patterns", "redact_patterns", mode="before")
     @classmethod
     def _split_comma_list(cls, value: Any) -> Any:
@@ -180,3 +267,114 @@ class OrchestratorConfig(BaseSettings):
                 value = str(value)
             out[f"ORCH_{name.upper()}"] = value
         return out
+
+
+# --- turning pydantic's complaints into messages about ORCH_* variables ---------------------
+
+_WARNED: set[str] = set()
+
+
+def warn_unknown_env(environ: typing.Mapping[str, str] | None = None) -> list[str]:
+    """Warn (once per process and name) about ``ORCH_*`` variables no setting reads.
+
+    Returns the names warned about now. A misspelt variable is otherwise ignored in
+    silence and the default it was meant to change stays in force.
+    """
+    env = os.environ if environ is None else environ
+    known = {env_name(name) for name in OrchestratorConfig.model_fields}
+    warned = []
+    for name in sorted(env):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in known or upper in _WARNED:
+            continue
+        _WARNED.add(upper)
+        near = closest(upper, known)
+        hint = f"; did you mean {near}?" if near else "; `dagwright config` lists every setting"
+        warnings.warn(ConfigWarning(f"{name} is not a dagwright setting and is ignored{hint}"),
+                      stacklevel=3)
+        warned.append(name)
+    return warned
+
+
+def allowed_values(field: FieldInfo) -> str:
+    """What a setting accepts, in words (for error messages and the docs)."""
+    annotation = field.annotation
+    args = typing.get_args(annotation)
+    optional = type(None) in args
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        annotation = next(a for a in args if a is not type(None))
+    origin = typing.get_origin(annotation)
+    if origin is Literal:
+        text = "one of " + ", ".join(str(a) for a in typing.get_args(annotation))
+    elif annotation is bool:
+        text = "true or false"
+    elif annotation in (int, float):
+        text = "an integer" if annotation is int else "a number"
+        bounds = []
+        for meta in field.metadata:
+            for attr, sign in (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<")):
+                if isinstance(meta, getattr(annotated_types, attr.capitalize())):
+                    bounds.append(f"{sign} {getattr(meta, attr):g}")
+        if bounds:
+            text += " " + " and ".join(bounds)
+    elif annotation is Path:
+        text = "a file path"
+    elif origin is list:
+        text = "comma-separated text or a JSON list"
+    elif origin is dict:
+        text = "a JSON object"
+    elif annotation is SecretStr:
+        text = "a secret string"
+    else:
+        text = "text"
+    return text + (" (or unset)" if optional else "")
+
+
+def _shown(field: str, value: Any) -> str:
+    info = OrchestratorConfig.model_fields.get(field)
+    if info is not None and info.annotation is not None and "SecretStr" in str(info.annotation):
+        return "'********'"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "...'"
+
+
+def _describe(exc: ValidationError, *, given: typing.Mapping[str, Any]) -> str:
+    """One line per problem: where the value came from, the value, why, what is allowed."""
+    fields = OrchestratorConfig.model_fields
+    lines = []
+    for error in exc.errors():
+        loc = error.get("loc") or ()
+        field = str(loc[0]) if loc else ""
+        if field not in fields:  # a check across settings (model validator)
+            lines.append(str(error["msg"]).removeprefix("Value error, "))
+            continue
+        value = error.get("input")
+        inner = ".".join(str(p) for p in loc[1:])
+        if inner:  # inside a structured value (the price table): name the path in it
+            lines.append(f"{env_name(field)}: {inner}: {error['msg']}")
+            continue
+        where = (f"{field}={_shown(field, value)} (argument of OrchestratorConfig)"
+                 if field in given else f"{env_name(field)}={_shown(field, value)}")
+        info = fields[field]
+        literal = typing.get_origin(info.annotation) is Literal
+        line = f"{where} is not valid" + ("" if literal else f": {error['msg']}")
+        line += f"; allowed: {allowed_values(info)}"
+        if literal and isinstance(value, str):
+            near = closest(value, [str(a) for a in typing.get_args(info.annotation)])
+            if near:
+                line += f" — did you mean {near!r}?"
+        lines.append(line)
+    head = "invalid configuration" if len(lines) > 1 else ""
+    if head:
+        return head + ":\n  " + "\n  ".join(lines)
+    return lines[0]
+
+
+def _describe_settings_error(exc: SettingsError) -> str:
+    text = str(exc)
+    field = text.split('"')[1] if text.count('"') >= 2 else ""
+    if field in OrchestratorConfig.model_fields:
+        info = OrchestratorConfig.model_fields[field]
+        return (f"{env_name(field)} is not valid: it must be {allowed_values(info)} "
+                f"({exc.__cause__ or text})")
+    return text

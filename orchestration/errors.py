@@ -21,8 +21,11 @@ nothing is lost when it crosses an API boundary::
     │   │   └── RetryExhausted         ... that was retried
     │   └── LLMError                   an LLM call failed (``kind`` says why)
     │       └── LLMBudgetExceeded      the run used its LLM call budget
-    └── ToolFailed                     raised BY YOUR TOOLS, never by the engine: a Python
-                                       tool's structured error (like an HTTP tool's envelope)
+    ├── ToolFailed                     raised BY YOUR TOOLS, never by the engine: a Python
+    │                                  tool's structured error (like an HTTP tool's envelope)
+    └── Warning
+        └── ConfigWarning              a setting looks wrong but is not fatal (an unknown
+                                       ``ORCH_*`` variable), shown once
 
 ``ToolFailed`` stands apart on purpose: it is a signal a user's tool sends to the engine,
 which turns it into a step error; ``except DagwrightError`` around a run must not catch
@@ -44,6 +47,7 @@ __all__ = [
     "ApprovalError",
     "CatalogError",
     "ConfigError",
+    "ConfigWarning",
     "DagwrightError",
     "LLMBudgetExceeded",
     "LLMError",
@@ -68,11 +72,34 @@ class DagwrightError(Exception):
 
 
 class ConfigError(DagwrightError):
-    """The configuration is incomplete or contradictory (names the setting)."""
+    """The configuration is incomplete or contradictory: names the ``ORCH_*`` variable (or
+    argument), the bad value and what is allowed."""
+
+
+class ConfigWarning(UserWarning):
+    """A configuration smell that is not fatal, e.g. an ``ORCH_*`` variable no setting
+    reads (a misspelling); issued once per process and name."""
 
 
 class CatalogError(DagwrightError):
-    """The tool catalog is malformed, or a tool/capability is unknown."""
+    """The tool catalog is malformed, or a tool/capability is unknown.
+
+    ``problems`` lists every problem found (a catalog is checked whole, so a file with
+    several mistakes is fixed in one go); each names the file, tool, capability and,
+    for a schema, the JSON path.
+    """
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        self.problems = list(problems) if problems else [message]
+        super().__init__(message)
+
+    @classmethod
+    def of(cls, problems: list[str], source: str = "catalog") -> CatalogError:
+        """One error for ``problems``: the problem itself when alone, else a numbered list."""
+        if len(problems) == 1:
+            return cls(problems[0], problems)
+        listed = "\n".join(f"  {n}. {p}" for n, p in enumerate(problems, 1))
+        return cls(f"{source}: {len(problems)} problems in the catalog:\n{listed}", problems)
 
 
 class StoreError(DagwrightError):
@@ -247,8 +274,19 @@ class LLMError(DagwrightError):
 
 
 class LLMBudgetExceeded(LLMError):
-    """The run used up ``max_llm_calls_per_run``; no further LLM call is made."""
+    """A budget of the run is spent; no further LLM call is made.
 
-    def __init__(self, limit: int) -> None:
-        super().__init__(LLMErrorKind.BUDGET, f"run reached its limit of {limit} LLM calls")
+    ``budget`` says which (``llm_calls``: ``max_llm_calls_per_run``; ``tokens``, ``cost``,
+    or ``capability_calls`` when a capability's cap stopped the whole run), ``setting``
+    the variable or catalog entry to raise, ``limit`` its value.
+    """
+
+    def __init__(
+        self, limit: float, *, budget: str = "llm_calls",
+        setting: str = "ORCH_MAX_LLM_CALLS_PER_RUN", reason: str | None = None,
+    ) -> None:
+        message = reason or f"run reached its limit of {limit:g} LLM calls ({setting})"
+        super().__init__(LLMErrorKind.BUDGET, message)
         self.limit = limit
+        self.budget = budget
+        self.setting = setting

@@ -10,12 +10,14 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, TypeVar
 
+from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 from prometheus_client import CollectorRegistry
 
@@ -24,6 +26,7 @@ from executors._executor import Executor
 from executors._resume import resume_point
 from executors.layers import default_handlers
 from executors.recovery import RecoveryHandler
+from orchestration._budget import RunBudget, check_prices
 from orchestration._events import EventCallback, EventSink
 from orchestration._synthesis import answer_run
 from orchestration._transport import ToolTransport
@@ -89,9 +92,10 @@ def run_status(steps: dict[str, StepResult]) -> RunStatus:
 class Orchestrator:
     """Plans a query into a DAG of tool calls, runs it with the defense layers, answers.
 
-    ``llm`` defaults to the client the config describes. ``tracer_provider`` and
-    ``registry`` let a service route spans and metrics; by default the global OTel
-    provider (a no-op until the service installs one) and Prometheus' default registry.
+    ``llm`` defaults to the client the config describes. ``tracer_provider``,
+    ``meter_provider`` and ``registry`` let a service route spans, OTel metrics and
+    Prometheus metrics; by default the global OTel providers (no-ops until the service
+    installs them) and Prometheus' default registry.
     ``handlers`` replaces the recovery chain (layers 3/4 and resilience) wholesale;
     ``clock`` is injectable so tests need not wait for backoff. ``store`` replaces the
     run store ``config.store_url`` names.
@@ -105,6 +109,7 @@ class Orchestrator:
         *,
         tracer_provider: TracerProvider | None = None,
         registry: CollectorRegistry | None = None,
+        meter_provider: MeterProvider | None = None,
         handlers: list[RecoveryHandler] | None = None,
         clock: Clock | None = None,
         planner: Planner | None = None,
@@ -113,9 +118,12 @@ class Orchestrator:
         self.config = config or OrchestratorConfig()
         self.catalog = catalog
         self.llm = llm if llm is not None else client_from_config(self.config)
-        self.telemetry = Telemetry.create(tracer_provider, registry)
+        check_prices(self.config, getattr(self.llm, "model", None))
+        self.telemetry = Telemetry.create(tracer_provider, registry, meter_provider)
         self.redactor = Redactor.from_config(self.config, catalog)
-        self.observer = Observer(self.telemetry, self.redactor)
+        self.observer = Observer(self.telemetry, self.redactor,
+                                 provider=str(getattr(self.llm, "provider", "unknown")),
+                                 model=getattr(self.llm, "model", None))
         self.debug_store = LLMDebugStore.from_config(self.config, self.redactor)
         self.clock = clock or Clock()
         self.layers = LayerSettings.from_config(self.config)
@@ -127,12 +135,20 @@ class Orchestrator:
         self._transports: dict[int, ToolTransport] = {}
 
     @classmethod
-    def from_env(cls, **kwargs: Any) -> Orchestrator:
-        """Everything from ``ORCH_*`` variables (``ORCH_CATALOG`` names the catalog file)."""
+    def from_env(
+        cls, *, catalog: Catalog | str | os.PathLike[str] | None = None, **kwargs: Any
+    ) -> Orchestrator:
+        """Everything from ``ORCH_*`` variables. ``catalog`` (a :class:`Catalog` or a file)
+        wins over ``ORCH_CATALOG``; the other keyword arguments go to the constructor."""
         config = kwargs.pop("config", None) or OrchestratorConfig()
-        if config.catalog is None:
-            raise ConfigError("ORCH_CATALOG is not set: it must name a YAML or JSON tool catalog")
-        return cls(catalog=Catalog.from_file(config.catalog), config=config, **kwargs)
+        if catalog is None:
+            if config.catalog is None:
+                raise ConfigError("ORCH_CATALOG is not set: it must name a YAML or JSON tool "
+                                  "catalog (or pass catalog=... / --catalog FILE)")
+            catalog = config.catalog
+        if not isinstance(catalog, Catalog):
+            catalog = Catalog.from_file(catalog)
+        return cls(catalog=catalog, config=config, **kwargs)
 
     # --- running --------------------------------------------------------------------
     def run(
@@ -388,6 +404,7 @@ class Orchestrator:
             with self.observer.run(run, planned_by=planned_by) as observation:
                 run.trace_id = run.trace_id or observation.trace_id
                 await self._run(run, services, plan, stored, approved or {})
+                run.settle_budget()
         except BaseException:
             # stopped from outside (cancelled): leave the run resumable, let go of it
             with contextlib.suppress(StoreError):
@@ -452,7 +469,9 @@ class Orchestrator:
         if self.config.replan_max > 0 and any(s.status == "failed" for s in steps.values()):
             status = await self._replan_phase(run, services, validated)
         run.finish(status)
-        if self.config.synthesis_enabled and status != "failed":
+        if run.budget_exceeded is not None:
+            run.warn(f"answer synthesis skipped: {run.budget_exceeded.describe()}")
+        elif self.config.synthesis_enabled and status != "failed":
             # streamed to services.on_answer_delta when a run has a consumer for it
             await answer_run(run, services, services.on_answer_delta)
 
@@ -477,6 +496,9 @@ class Orchestrator:
             open_ids = [sid for sid, r in run.steps.items() if r.status != "succeeded"]
         loop = asyncio.get_running_loop()
         for number in range(len(run.replans) + 1, self.config.replan_max + 1):
+            if run.budget_exceeded is not None:
+                run.warn(f"replan round {number} not attempted: {run.budget_exceeded.describe()}")
+                break
             if loop.time() >= services.deadline or services.llm.remaining_calls <= 0:
                 run.warn(f"replan round {number} not attempted: the run deadline "
                          "or its LLM call budget is spent")
@@ -553,17 +575,19 @@ class Orchestrator:
     def _services(self, run: RunState, recorder: RunRecorder) -> RunServices:
         """What one run uses: its LLM gateway (budget, usage), transport and deadline."""
         config = self.config
+        budget = RunBudget(run, config, self.observer)
         return RunServices(
             # a snapshot: a catalog refresh during the run must not change what it planned with
             catalog=self.catalog.snapshot(), config=config, layers=self.layers,
             llm=LLMGateway(
                 self.llm, observer=self.observer, usage=run.usage, run_id=run.run_id,
-                max_calls=config.max_llm_calls_per_run, policy=RetryPolicy.for_llm(config),
+                budget=budget, policy=RetryPolicy.for_llm(config),
                 clock=self.clock, debug_recorder=self._debug_recorder(),
             ),
             transport=self._transport(), observer=self.observer, recorder=recorder,
             events=EventSink(run, recorder), clock=self.clock,
             deadline=asyncio.get_running_loop().time() + config.run_timeout_s,
+            budget=budget,
         )
 
     def _debug_recorder(self) -> DebugRecorder | None:

@@ -54,6 +54,7 @@ class ErrorCategory(StrEnum):
     BINDING_ERROR = "BINDING_ERROR"
     INTERNAL_ERROR = "INTERNAL_ERROR"
     REJECTED = "REJECTED"  # a person rejected the call, or its approval expired
+    BUDGET_EXCEEDED = "BUDGET_EXCEEDED"  # a run budget refused the call; nothing was sent
 
 
 class ErrorSource(StrEnum):

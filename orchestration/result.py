@@ -14,8 +14,9 @@ from orchestration.errors import DagwrightError, RetryExhausted, StepFailed
 from orchestration.protocol import ErrorCategory, StepError
 
 __all__ = [
-    "PLAN_APPROVAL", "Approval", "Attempt", "AttemptOutcome", "CoercionRecord", "Layer",
-    "PendingApproval", "RunResult", "RunStatus", "RunUsage", "StepResult", "StepStatus"
+    "PLAN_APPROVAL", "Approval", "Attempt", "AttemptOutcome", "BudgetExceeded", "BudgetKind",
+    "CoercionRecord", "Layer", "PendingApproval", "RunResult", "RunStatus", "RunUsage",
+    "StepResult", "StepStatus"
 ]
 
 
@@ -156,14 +157,52 @@ class StepResult(BaseModel):
         raise exc
 
 
+BudgetKind = Literal["llm_calls", "tokens", "cost", "capability_calls"]
+
+
+class BudgetExceeded(BaseModel):
+    """Which budget stopped a run, its limit, what had been used, and the setting to raise.
+
+    A budget stops a run when the run needs more than it allows — an LLM call or a tool
+    call is refused — not when the last allowed unit is spent: tokens and cost are known
+    only after a call, so the call that crosses the limit completes and the next is refused.
+    """
+
+    budget: BudgetKind
+    limit: float
+    used: float
+    setting: str
+    capability: str | None = None
+
+    def describe(self) -> str:
+        """``the run's LLM token budget is spent: 10234 of 10000 tokens (ORCH_MAX_...)``."""
+        what = {"llm_calls": ("LLM call", "calls"), "tokens": ("LLM token", "tokens"),
+                "cost": ("LLM cost", ""), "capability_calls": ("call", "calls")}[self.budget]
+        name = (f"the run's {what[0]} budget of capability {self.capability}"
+                if self.capability else f"the run's {what[0]} budget")
+        unit = f" {what[1]}" if what[1] else ""
+        return f"{name} is spent: {self.used:g} of {self.limit:g}{unit} ({self.setting})"
+
+
 class RunUsage(BaseModel):
-    """Totals of one run; ``by_purpose`` splits LLM calls and tokens by why they were made."""
+    """Totals of one run; ``by_purpose`` splits LLM calls and tokens by why they were made.
+
+    ``cost`` is the LLM cost priced with ``ORCH_LLM_PRICES`` (None without a price for
+    the model); ``tool_calls`` counts the calls sent per capability (``tool.capability``),
+    what ``max_calls_per_run`` budgets are checked against.
+    """
 
     llm_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    cost: float | None = None
     wall_time_s: float = 0.0
     by_purpose: dict[str, dict[str, int]] = Field(default_factory=dict)
+    tool_calls: dict[str, int] = Field(default_factory=dict)
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
 
     def record_llm(self, purpose: str, input_tokens: int, output_tokens: int) -> None:
         self.llm_calls += 1
@@ -182,7 +221,8 @@ class RunResult(BaseModel):
 
     ``status`` is ``succeeded`` when every step succeeded, ``failed`` when planning failed
     or no step succeeded, ``partial`` otherwise; ``awaiting_approval`` when the run paused
-    for ``pending_approvals``. ``error`` explains a run-level failure.
+    for ``pending_approvals``. ``error`` explains a run-level failure. ``budget_exceeded``
+    says which budget stopped the run, if one did (the run is then never ``succeeded``).
     """
 
     run_id: str
@@ -196,6 +236,7 @@ class RunResult(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     trace_id: str | None = None
     pending_approvals: list[PendingApproval] = Field(default_factory=list)
+    budget_exceeded: BudgetExceeded | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

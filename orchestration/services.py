@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from orchestration._budget import RunBudget
 from orchestration._events import EventSink
 from orchestration._transport import ToolTransport
 from orchestration.catalog import Catalog
@@ -34,9 +35,10 @@ class RunServices:
     ``catalog`` is the snapshot the run planned with; ``layers`` the global layer
     settings (a capability's overrides are applied per step); ``recorder`` writes the run
     to its store; ``events`` numbers and delivers its events; ``deadline`` is event-loop
-    time after which nothing new starts. ``on_answer_delta``, when set, receives the
-    answer as it is streamed (the text of ``answer_delta`` events); without it the
-    answer is asked for whole.
+    time after which nothing new starts; ``budget`` the run's budgets (LLM calls, tokens,
+    cost, calls per capability), asked before every LLM and tool call. ``on_answer_delta``,
+    when set, receives the answer as it is streamed (the text of ``answer_delta`` events);
+    without it the answer is asked for whole.
     """
 
     catalog: Catalog
@@ -49,4 +51,5 @@ class RunServices:
     events: EventSink
     clock: Clock
     deadline: float
+    budget: RunBudget
     on_answer_delta: AnswerDeltaConsumer | None = None

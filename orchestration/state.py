@@ -18,7 +18,14 @@ from typing import Any
 
 from pydantic import BaseModel, Field, PrivateAttr
 
-from orchestration.result import PendingApproval, RunResult, RunStatus, RunUsage, StepResult
+from orchestration.result import (
+    BudgetExceeded,
+    PendingApproval,
+    RunResult,
+    RunStatus,
+    RunUsage,
+    StepResult,
+)
 
 __all__ = ["RunState"]
 
@@ -52,6 +59,7 @@ class RunState(BaseModel):
     """The whole plan was approved (``ORCH_APPROVE_PLANS``)."""
     event_seq: int = 0
     """The sequence number of the run's last event."""
+    budget_exceeded: BudgetExceeded | None = None
     started_at: float = Field(default_factory=time.time)
     finished_at: float | None = None
 
@@ -112,6 +120,19 @@ class RunState(BaseModel):
         """Every step that could run did; the rest waits for ``pending_approvals``."""
         self.status = "awaiting_approval"
         self.finished_at = None
+    def settle_budget(self) -> None:
+        """If a budget stopped the run, say so: the run did not do all it was asked (it is
+        not ``succeeded``) and its error starts with the budget (see ``_budget``)."""
+        report = self.budget_exceeded
+        if report is None:
+            return
+        if self.status in ("succeeded", "running"):
+            self.status = "partial" if any(
+                s.status == "succeeded" for s in self.live_steps.values()) else "failed"
+        reason = report.describe()
+        if reason not in (self.error or ""):
+            self.error = f"run stopped: {reason}" + (f"; {self.error}" if self.error else "")
+        self.finished_at = self.finished_at or time.time()
 
     # --- reading it ---------------------------------------------------------------------
     @property
@@ -129,4 +150,5 @@ class RunState(BaseModel):
             plan=plan, steps=dict(self.steps), usage=self.usage, error=self.error,
             warnings=list(self.warnings), trace_id=self.trace_id,
             pending_approvals=list(self.pending_approvals),
+            budget_exceeded=self.budget_exceeded,
         )

@@ -20,15 +20,16 @@ import planners
 
 PACKAGE_API = {
     "orchestration": [
-        "__version__", "Approval", "ApprovalError", "Attempt", "Capability", "Catalog",
-        "CatalogError", "ConfigError", "DagwrightError", "ErrorCategory", "ErrorSource",
-        "http_status_for_category", "LayerSettings", "LLMBudgetExceeded", "LLMClient",
-        "LLMError", "LLMErrorKind", "LLMRequest", "LLMResponse", "Orchestrator",
-        "OrchestratorConfig", "PendingApproval", "Plan", "PLAN_APPROVAL", "PlanningError",
-        "PlanParseError", "PlanValidationError", "RetryExhausted", "RetryPolicy", "RunEvent",
-        "RunLeased", "RunNotFound", "RunResult", "RunState", "RunUsage", "ScriptedLLM", "Step",
-        "StepError", "StepFailed", "StepResult", "StoreError", "TokenUsage", "ToolError",
-        "ToolFailed", "ToolResponse", "validate_plan", "ValidatedPlan"
+        "__version__", "Approval", "ApprovalError", "Attempt", "BudgetExceeded", "Capability",
+        "Catalog", "CatalogError", "ConfigError", "ConfigWarning", "DagwrightError",
+        "ErrorCategory", "ErrorSource", "http_status_for_category", "LayerSettings",
+        "LLMBudgetExceeded", "LLMClient", "LLMError", "LLMErrorKind", "LLMRequest",
+        "LLMResponse", "Orchestrator", "OrchestratorConfig", "PendingApproval", "Plan",
+        "PLAN_APPROVAL", "PlanningError", "PlanParseError", "PlanValidationError",
+        "RetryExhausted", "RetryPolicy", "RunEvent", "RunLeased", "RunNotFound", "RunResult",
+        "RunState", "RunUsage", "ScriptedLLM", "Step", "StepError", "StepFailed", "StepResult",
+        "StoreError", "TokenUsage", "ToolError", "ToolFailed", "ToolResponse", "validate_plan",
+        "ValidatedPlan"
     ],
     "executors": [
         "REMOVED", "Coercer", "CoercionChange", "CoercionResult", "Decision", "GiveUp", "RecoveryHandler",

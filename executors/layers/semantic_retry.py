@@ -129,9 +129,9 @@ class SemanticRetry:
         try:
             response = await state.services.llm.complete(request)
         except LLMError as exc:
-            if isinstance(exc, LLMBudgetExceeded):
+            if isinstance(exc, LLMBudgetExceeded) and exc.budget == "llm_calls":
                 reason = (f"layer 4 (semantic retry) could not ask the LLM: the run used its "
-                          f"LLM budget (max_llm_calls_per_run={exc.limit})")
+                          f"LLM budget (max_llm_calls_per_run={exc.limit:g})")
             else:
                 reason = f"layer 4 (semantic retry) could not ask the LLM: {exc}"
             state.report("contextual_re_resolution.complete",

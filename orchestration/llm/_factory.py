@@ -29,6 +29,12 @@ def client_from_config(config: OrchestratorConfig) -> LLMClient:
     if config.llm_provider == "anthropic":
         from orchestration.llm.anthropic import AnthropicClient
 
+        if structured in ("json_schema", "json_object"):
+            # silently mapping these to tool use would hide a setting that does nothing
+            raise ConfigError(
+                f"ORCH_LLM_STRUCTURED_OUTPUT={structured} is a mode of OpenAI-compatible "
+                "servers; with ORCH_LLM_PROVIDER=anthropic use auto (structured output "
+                "through tool use) or none")
         return AnthropicClient(
             model=config.llm_model,
             api_key=key,
@@ -45,5 +51,5 @@ def client_from_config(config: OrchestratorConfig) -> LLMClient:
         model=config.llm_model,
         api_key=key,
         timeout_s=config.llm_timeout_s,
-        structured_output="auto" if structured == "tool" else structured,
+        structured_output=structured,
     )

@@ -1,6 +1,7 @@
 """The one door every LLM call of a run goes through.
 
-It enforces the per-run call budget, retries transient provider failures (rate limit,
+It enforces the run's LLM budgets (calls, tokens, cost: :mod:`orchestration._budget`),
+retries transient provider failures (rate limit,
 timeout, connection, 5xx) under the same :class:`~orchestration.retry_policy.RetryPolicy`
 type the tools use (``Retry-After`` honoured, capped), turns a content-filter finish into
 an error, and records usage. What it does is told to the run's observer (span, metrics)
@@ -23,6 +24,7 @@ from collections.abc import AsyncGenerator, Callable
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from orchestration._budget import RunBudget
 from orchestration.clock import Clock
 from orchestration.errors import LLMBudgetExceeded, LLMError, LLMErrorKind
 from orchestration.llm.base import (
@@ -56,8 +58,9 @@ class _StreamFailed:
 class LLMGateway:
     """Per-run access to the LLM: budget, retries, usage accounting, observation.
 
-    ``usage`` is the run state's :class:`RunUsage`, updated in place. ``calls_made``
-    starts at ``usage.llm_calls`` so a resumed run keeps the budget it has spent.
+    ``usage`` is the run state's :class:`RunUsage`, updated in place; ``budget`` counts
+    the calls (from ``usage.llm_calls``, so a resumed run keeps the budget it has spent)
+    and refuses the ones no budget allows.
     """
 
     def __init__(
@@ -67,7 +70,7 @@ class LLMGateway:
         observer: Observer,
         usage: RunUsage,
         run_id: str,
-        max_calls: int,
+        budget: RunBudget,
         policy: RetryPolicy,
         clock: Clock | None = None,
         debug_recorder: DebugRecorder | None = None,
@@ -76,11 +79,10 @@ class LLMGateway:
         self.observer = observer
         self.usage = usage
         self.run_id = run_id
-        self.max_calls = max_calls
+        self.budget = budget
         self.policy = policy
         self.clock = clock or Clock()
         self.debug_recorder = debug_recorder
-        self.calls_made = usage.llm_calls
 
     @property
     def model(self) -> str | None:
@@ -92,7 +94,8 @@ class LLMGateway:
 
     @property
     def remaining_calls(self) -> int:
-        return self.max_calls - self.calls_made
+        """LLM calls the run may still make (0 once any budget stopped it)."""
+        return self.budget.remaining_llm_calls
 
     def _wait(self, state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
@@ -185,7 +188,8 @@ class LLMGateway:
         provider = self._provider
         parts: list[str] = []
         with self.observer.llm_call(request, run_id=self.run_id, provider=provider,
-                                    model=self.model or "unknown") as call:
+                                    model=self.model or "unknown",
+                                    base_url=getattr(self.client, "base_url", None)) as call:
             try:
                 response = await self._read_stream(request, parts, deliver)
                 if response.finish_reason == "content_filter":
@@ -206,6 +210,7 @@ class LLMGateway:
                                partial="".join(parts) if parts else None) from exc
             usage = response.usage
             self.usage.record_llm(request.purpose, usage.input_tokens, usage.output_tokens)
+            self.budget.after_llm_call(request.purpose, response, self.model)
             self._record_debug(request, response, None, call.succeeded(response))
             return response
 
@@ -239,17 +244,19 @@ class LLMGateway:
         return str(getattr(self.client, "provider", "unknown"))
 
     def _spend_call(self, request: LLMRequest) -> None:
-        """Count one call against the run's budget, or raise :class:`LLMBudgetExceeded`."""
-        if self.calls_made >= self.max_calls:
+        """Count one call against the run's budgets, or raise :class:`LLMBudgetExceeded`."""
+        try:
+            self.budget.before_llm_call()
+        except LLMBudgetExceeded:
             self.observer.llm_budget_exceeded(request.purpose)
-            raise LLMBudgetExceeded(self.max_calls)
-        self.calls_made += 1
+            raise
 
     async def _one_call(self, request: LLMRequest) -> LLMResponse:
         self._spend_call(request)
         provider = self._provider
         with self.observer.llm_call(request, run_id=self.run_id, provider=provider,
-                                    model=self.model or "unknown") as call:
+                                    model=self.model or "unknown",
+                                    base_url=getattr(self.client, "base_url", None)) as call:
             try:
                 response = await self.client.complete(request)
                 if response.finish_reason == "content_filter":
@@ -266,6 +273,7 @@ class LLMGateway:
                 raise LLMError(LLMErrorKind.OTHER, f"LLM client raised {exc!r}") from exc
             usage = response.usage
             self.usage.record_llm(request.purpose, usage.input_tokens, usage.output_tokens)
+            self.budget.after_llm_call(request.purpose, response, self.model)
             self._record_debug(request, response, None, call.succeeded(response))
             return response
 

@@ -146,12 +146,33 @@ def transport_error(
     )
 
 
-def error_for_status(response: httpx.Response, *, provider: str, secret: str | None) -> LLMError:
-    """Classify a non-2xx answer into an :class:`LLMError` carrying the provider's message."""
+def setting_hint(status: int, message: str, *, url: str, base_url: str, base_example: str) -> str:
+    """What to check for an answer that usually means a wrong setting, or "".
+
+    A 401 names the key setting; a 404 the model when the provider says the model is
+    unknown, else the base URL (the usual cause: an OpenAI-compatible base URL without
+    its ``/v1``), with the URL that was actually requested.
+    """
+    if status in (401, 403):
+        return (" — check the API key: ORCH_LLM_API_KEY (or api_key= where you build the "
+                "client); it is missing, wrong or lacks access")
+    if status == 404:
+        if "model" in message.lower():
+            return " — check ORCH_LLM_MODEL: the provider does not know that model"
+        return (f" — check ORCH_LLM_BASE_URL: nothing answers at {url}; the base URL should "
+                f"look like {base_example} (it is {base_url})")
+    return ""
+
+
+def error_for_status(
+    response: httpx.Response, *, provider: str, secret: str | None, hint: str = ""
+) -> LLMError:
+    """Classify a non-2xx answer into an :class:`LLMError` carrying the provider's message
+    (and ``hint``, what to check, when the client knows it)."""
     status = response.status_code
     body = redact(response.text, secret)
     message = provider_error_message(body) or (body.strip() and clip(body.strip(), 300))
-    message = message or response.reason_phrase or "no error message"
+    message = (message or response.reason_phrase or "no error message") + hint
     raw = clip(body, RAW_BODY_LIMIT)
     if status == 429:
         retry_after = parse_retry_after(response.headers.get("retry-after"))

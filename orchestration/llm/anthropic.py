@@ -34,6 +34,7 @@ from orchestration.llm._http import (
     post_json,
     provider_error_message,
     redact,
+    setting_hint,
     token_count,
     tool_name,
 )
@@ -123,7 +124,8 @@ class AnthropicClient(HTTPLLMClient):
             secret=self._api_key,
         )
         if not response.is_success:
-            raise error_for_status(response, provider=self.provider, secret=self._api_key)
+            raise error_for_status(response, provider=self.provider, secret=self._api_key,
+                                   hint=self._hint(response))
         return self._parse(response, request, tool=tool, wrapped=wrapped)
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamEvent]:
@@ -151,7 +153,8 @@ class AnthropicClient(HTTPLLMClient):
             response = stream.response
             if not response.is_success:
                 await stream.read_body()
-                raise error_for_status(response, provider=self.provider, secret=self._api_key)
+                raise error_for_status(response, provider=self.provider, secret=self._api_key,
+                                       hint=self._hint(response))
             if not stream.is_event_stream:
                 # A proxy that ignored "stream": true answered in one piece.
                 whole = self._parse(await stream.read_body(), request, tool=tool,
@@ -175,6 +178,13 @@ class AnthropicClient(HTTPLLMClient):
             return None, None, False
         schema, wrapped = _tool_input_schema(request.response_schema)
         return tool_name(request.schema_name), schema, wrapped
+
+    def _hint(self, response: httpx.Response) -> str:
+        """Which ORCH_* setting a 401/404 points at, for the error message."""
+        return setting_hint(
+            response.status_code, provider_error_message(response.text) or "",
+            url=self.url, base_url=self.base_url,
+            base_example="https://api.anthropic.com (without /v1: the client adds it)")
 
     def _headers(self, accept: str = "application/json") -> dict[str, str]:
         headers = {"Accept": accept, "anthropic-version": self.anthropic_version}

@@ -64,8 +64,8 @@ class LLMRequest:
 class LLMResponse:
     """An LLM's answer. ``finish_reason`` is normalised: stop, length, content_filter, tool.
 
-    ``response_id`` is the provider's id of the answer (``chatcmpl-...``, ``msg_...``)
-    when it gives one, to find the call in the provider's own logs.
+    ``model`` is the model that answered and ``response_id`` the provider's id of the
+    completion (both as the provider reported them; they go on the ``chat`` span).
     """
 
     content: str

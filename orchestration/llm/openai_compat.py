@@ -33,6 +33,7 @@ from orchestration.llm._http import (
     post_json,
     provider_error_message,
     redact,
+    setting_hint,
     token_count,
     tool_name,
 )
@@ -140,7 +141,8 @@ class OpenAICompatibleClient(HTTPLLMClient):
                 self._downgrade(mode)
                 continue
             if not response.is_success:
-                raise error_for_status(response, provider=self.provider, secret=self._api_key)
+                raise error_for_status(response, provider=self.provider, secret=self._api_key,
+                                       hint=self._hint(response))
             return self._parse(response, request)
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamEvent]:
@@ -177,7 +179,7 @@ class OpenAICompatibleClient(HTTPLLMClient):
                         self.stream_usage = False
                         continue
                     raise error_for_status(response, provider=self.provider,
-                                           secret=self._api_key)
+                                           secret=self._api_key, hint=self._hint(response))
                 if not stream.is_event_stream:
                     # A server that ignored "stream": true answered in one piece.
                     whole = self._parse(await stream.read_body(), request)
@@ -189,6 +191,12 @@ class OpenAICompatibleClient(HTTPLLMClient):
                     async for event in events:
                         yield event
                 return
+    def _hint(self, response: httpx.Response) -> str:
+        example = "https://api.openai.com/v1 or http://127.0.0.1:11434/v1"
+        if response.status_code == 404 and not self.base_url.endswith("/v1"):
+            example += " (yours has no /v1)"
+        return setting_hint(response.status_code, provider_error_message(response.text) or "",
+                            url=self.url, base_url=self.base_url, base_example=example)
 
     # --- request ---------------------------------------------------------------------
 

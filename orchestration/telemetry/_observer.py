@@ -1,5 +1,11 @@
 """The one place where a run becomes telemetry: spans, span events, metrics, log records.
 
+Spans and OTel metrics follow the OpenTelemetry GenAI semantic conventions (the run is
+an ``invoke_agent`` span, planning a ``plan`` span, LLM calls ``chat`` spans, steps
+``execute_tool`` spans; ``gen_ai.client.token.usage`` and
+``gen_ai.client.operation.duration``) and, for calls of HTTP tools, the HTTP client
+conventions; Prometheus gets the ``orchestration_*`` metrics.
+
 The engine's control flow (the step runner, the recovery layers, the planner, the LLM
 gateway) does not touch tracers, metric objects or loggers. It tells the
 :class:`Observer` what happened at the edges of its stages — a step started, parameters
@@ -10,7 +16,9 @@ metrics live here and in :mod:`~orchestration.telemetry._tracing` /
 reading a layer's decision logic.
 
 Layers report their decisions as named facts (``state.report("transient_override",
-{...})``); :data:`LAYER_EVENT_METRICS` says which metric each one also counts.
+{...})``); :data:`LAYER_EVENT_METRICS` says which Prometheus metric each one also counts,
+and every fact is counted in the OTel ``dagwright.layer.events`` under its layer
+(:data:`FACT_LAYERS`).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from orchestration._version import __version__
 from orchestration.errors import LLMError
 from orchestration.logging_setup import get_logger, log_context
 from orchestration.telemetry import _tracing as attr
@@ -34,12 +43,13 @@ if TYPE_CHECKING:
     from orchestration.plan import Step
     from orchestration.protocol import StepError
     from orchestration.redaction import Redactor
-    from orchestration.result import StepResult
+    from orchestration.result import BudgetExceeded, StepResult
     from orchestration.state import RunState
     from orchestration.telemetry import Telemetry
     from orchestration.telemetry.metrics import Metrics
 
-__all__ = ["LAYER_EVENT_METRICS", "Observer", "PlanningObservation", "StepObservation"]
+__all__ = ["FACT_LAYERS", "LAYER_EVENT_METRICS", "Observer", "PlanningObservation",
+           "StepObservation"]
 
 log = get_logger("dagwright.run")
 _EVENT_TEXT_LIMIT = 500
@@ -78,6 +88,25 @@ LAYER_EVENT_METRICS: dict[str, Callable[[Metrics, Capability, Mapping[str, Any]]
 _METRIC_ONLY = frozenset({"semantic_retry_success"})
 """Facts counted in metrics but not worth a span event of their own."""
 
+FACT_LAYERS: dict[str, str] = {
+    "type_coercion_applied": "type_coercion",
+    "resilience_retry": "resilience",
+    "transient_override": "semantic_retry",
+    "semantic_retry_success": "semantic_retry",
+}
+"""The layer a reported fact belongs to, where its name does not say it (the OTel
+``dagwright.layer.events`` counter's ``dagwright.layer`` attribute)."""
+
+
+def _layer_of(fact: str) -> str:
+    if fact in FACT_LAYERS:
+        return FACT_LAYERS[fact]
+    if fact.startswith("validation_feedback"):
+        return "validation_feedback"
+    if fact.startswith("contextual_re_resolution"):
+        return "semantic_retry"
+    return "other"
+
 
 class Observer:
     """Records runs, plans, steps, tool calls and LLM calls for one orchestrator.
@@ -86,22 +115,34 @@ class Observer:
     every run of the orchestrator.
     """
 
-    def __init__(self, telemetry: Telemetry, redactor: Redactor) -> None:
+    def __init__(
+        self, telemetry: Telemetry, redactor: Redactor, *, provider: str = "unknown",
+        model: str | None = None,
+    ) -> None:
         self.telemetry = telemetry
         self.metrics = telemetry.metrics
+        self.instruments = telemetry.instruments
         self.redactor = redactor
+        self.provider = provider
+        self.model = model
 
     # --- runs -----------------------------------------------------------------------------
     @contextmanager
     def run(self, state: RunState, *, planned_by: str) -> Iterator[RunObservation]:
-        """The run's span (``invoke_agent dagwright``) and logging scope."""
+        """The run's span (``invoke_agent dagwright``, the conventions' internal agent
+        span: the agent runs in this process) and logging scope."""
         started = time.perf_counter()
         with (
             log_context(run_id=state.run_id, redactor=self.redactor),
             self.telemetry.tracer.start_as_current_span(
-                "invoke_agent dagwright",
-                attributes={attr.GEN_AI_OPERATION: "invoke_agent",
-                            attr.GEN_AI_AGENT_NAME: "dagwright", attr.RUN_ID: state.run_id},
+                f"{attr.OP_INVOKE_AGENT} {attr.AGENT_NAME}", kind=SpanKind.INTERNAL,
+                attributes=attr.clean_attributes({
+                    attr.GEN_AI_OPERATION: attr.OP_INVOKE_AGENT,
+                    attr.GEN_AI_PROVIDER: self.provider,
+                    attr.GEN_AI_AGENT_NAME: attr.AGENT_NAME,
+                    attr.GEN_AI_AGENT_VERSION: __version__,
+                    attr.GEN_AI_REQUEST_MODEL: self.model,
+                    attr.RUN_ID: state.run_id}),
             ) as span,
         ):
             log.info("run started", extra={"planned_by": planned_by})
@@ -114,9 +155,13 @@ class Observer:
     def planning(
         self, run_id: str, purpose: str, attributes: Mapping[str, Any] | None = None
     ) -> Iterator[PlanningObservation]:
-        """A planner conversation (span ``plan`` or ``replan``)."""
+        """A planner conversation: the conventions' plan span (``plan dagwright``), for a
+        first plan and a repair plan alike (``dagwright.plan.purpose`` tells them apart)."""
         with self.telemetry.tracer.start_as_current_span(
-            purpose, attributes={attr.RUN_ID: run_id, **(attributes or {})}
+            f"{attr.OP_PLAN} {attr.AGENT_NAME}", kind=SpanKind.INTERNAL,
+            attributes={attr.GEN_AI_OPERATION: attr.OP_PLAN,
+                        attr.GEN_AI_AGENT_NAME: attr.AGENT_NAME, attr.PLAN_PURPOSE: purpose,
+                        attr.RUN_ID: run_id, **(attributes or {})},
         ) as span:
             yield PlanningObservation(self, span, purpose)
 
@@ -125,10 +170,11 @@ class Observer:
     def step(self, run_id: str, step: Step, capability: Capability) -> Iterator[StepObservation]:
         """A step's span (``execute_tool``), current while the step runs."""
         with self.telemetry.tracer.start_as_current_span(
-            f"execute_tool {capability.key}",
+            f"{attr.OP_EXECUTE_TOOL} {capability.key}", kind=SpanKind.INTERNAL,
             attributes={
-                attr.GEN_AI_OPERATION: "execute_tool",
+                attr.GEN_AI_OPERATION: attr.OP_EXECUTE_TOOL,
                 attr.GEN_AI_TOOL_NAME: capability.key,
+                attr.GEN_AI_TOOL_DESCRIPTION: _first_line(capability.description),
                 attr.GEN_AI_TOOL_CALL_ID: f"{run_id}:{step.id}",
                 attr.RUN_ID: run_id,
                 attr.STEP_ID: step.id,
@@ -141,34 +187,57 @@ class Observer:
             yield StepObservation(self, span, run_id, step, capability)
 
     def step_skipped(self, step: Step) -> None:
-        """A step that never ran (upstream failure, deadline)."""
+        """A step that never ran (upstream failure, deadline, budget)."""
         self.metrics.child(self.metrics.steps, step.tool, step.capability, "skipped").inc()
+        self.instruments.steps.add(1, {attr.TOOL: step.tool,
+                                       attr.CAPABILITY: f"{step.tool}.{step.capability}",
+                                       attr.STEP_STATUS: "skipped"})
 
     # --- LLM calls --------------------------------------------------------------------
     @contextmanager
     def llm_call(
-        self, request: LLMRequest, *, run_id: str, provider: str, model: str
+        self, request: LLMRequest, *, run_id: str, provider: str, model: str,
+        base_url: str | None = None,
     ) -> Iterator[LLMCallObservation]:
         """One request to the provider (span ``chat {model}``)."""
+        server = attr.server_attributes_of(base_url)
         span_attrs = attr.clean_attributes({
-            attr.GEN_AI_OPERATION: "chat",
-            attr.GEN_AI_SYSTEM: provider,
+            attr.GEN_AI_OPERATION: attr.OP_CHAT,
             attr.GEN_AI_PROVIDER: provider,
             attr.GEN_AI_REQUEST_MODEL: model,
             attr.GEN_AI_REQUEST_TEMPERATURE: request.temperature,
             attr.GEN_AI_REQUEST_MAX_TOKENS: request.max_output_tokens,
             attr.GEN_AI_OUTPUT_TYPE: "json" if request.response_schema else "text",
+            **server,
             attr.PURPOSE: request.purpose,
             attr.RUN_ID: run_id,
             attr.STEP_ID: request.step_id,
         })
+        # what the GenAI client metrics are recorded with: bounded, no ids
+        metric_attrs = {attr.GEN_AI_OPERATION: attr.OP_CHAT, attr.GEN_AI_PROVIDER: provider,
+                        attr.GEN_AI_REQUEST_MODEL: model, **server,
+                        attr.PURPOSE: request.purpose}
         with self.telemetry.tracer.start_as_current_span(
-            f"chat {model}", kind=SpanKind.CLIENT, attributes=span_attrs
+            f"{attr.OP_CHAT} {model}", kind=SpanKind.CLIENT, attributes=span_attrs
         ) as span:
-            yield LLMCallObservation(self, span, request.purpose)
+            yield LLMCallObservation(self, span, request.purpose, metric_attrs)
 
     def llm_budget_exceeded(self, purpose: str) -> None:
+        """An LLM call a budget refused."""
         self.metrics.llm_calls.labels(purpose, "budget_exceeded").inc()
+
+    def budget_exceeded(self, report: BudgetExceeded) -> None:
+        """A budget stopped a run (once per run: the first refusal)."""
+        self.metrics.budget_exceeded.labels(report.budget).inc()
+        self.instruments.budget_exceeded.add(1, {attr.BUDGET: report.budget})
+        attr.add_event(trace.get_current_span(), "budget_exceeded", {
+            "dagwright.budget": report.budget, "dagwright.budget.limit": report.limit,
+            "dagwright.budget.used": report.used, attr.CAPABILITY: report.capability})
+
+    def llm_cost(self, purpose: str, cost: float) -> None:
+        """What an answered LLM call cost, priced with the configured table."""
+        self.metrics.llm_cost.labels(purpose).inc(cost)
+        self.instruments.llm_cost.add(cost, {attr.PURPOSE: purpose})
 
 
 class RunObservation:
@@ -183,15 +252,23 @@ class RunObservation:
 
     def close(self, state: RunState) -> None:
         """The run ended: span status, the outcome log lines and the run metrics."""
-        span = self._span
+        span, usage = self._span, state.usage
         span.set_attribute(attr.RUN_STATUS, state.status)
+        span.set_attribute(attr.GEN_AI_INPUT_TOKENS, usage.input_tokens)
+        span.set_attribute(attr.GEN_AI_OUTPUT_TOKENS, usage.output_tokens)
+        if state.budget_exceeded is not None:
+            span.set_attribute(attr.BUDGET, state.budget_exceeded.budget)
         if state.status != "succeeded":
             span.set_status(Status(StatusCode.ERROR, state.error or state.status))
+            span.set_attribute(attr.ERROR_TYPE, _run_error_type(state))
         duration = time.perf_counter() - self._started
         _log_run_end(state, duration)
         metrics = self._observer.metrics
         metrics.runs.labels(state.status).inc()
         metrics.run_duration.labels(state.status).observe(duration)
+        instruments = self._observer.instruments
+        instruments.runs.add(1, {attr.RUN_STATUS: state.status})
+        instruments.run_duration.record(duration, {attr.RUN_STATUS: state.status})
 
 
 class PlanningObservation:
@@ -225,8 +302,9 @@ class PlanningObservation:
         if will_retry:
             self._observer.metrics.planner_retries.labels(kind).inc()
 
-    def failed(self, description: str) -> None:
+    def failed(self, description: str, error_type: str = "planning_failed") -> None:
         self.span.set_status(Status(StatusCode.ERROR, description))
+        self.span.set_attribute(attr.ERROR_TYPE, error_type)
 
 
 class StepObservation:
@@ -241,12 +319,16 @@ class StepObservation:
         self.run_id = run_id
         self.step = step
         self.capability = capability
+        self._sent = 0  # calls sent so far: a later one is a re-send (http.request.resend_count)
+        self._labels = {attr.TOOL: capability.tool, attr.CAPABILITY: capability.key}
 
     def report(self, name: str, attributes: Mapping[str, Any]) -> None:
         """A layer's decision or verdict, by name (see :data:`LAYER_EVENT_METRICS`)."""
         update = LAYER_EVENT_METRICS.get(name)
         if update is not None:
             update(self._metrics, self.capability, attributes)
+        self._observer.instruments.layer_events.add(1, {
+            **self._labels, attr.LAYER: _layer_of(name), attr.LAYER_EVENT: name})
         if name not in _METRIC_ONLY:
             attr.add_event(trace.get_current_span(), name, {
                 attr.STEP_ID: self.step.id, attr.CAPABILITY: self.capability.key, **attributes})
@@ -259,18 +341,35 @@ class StepObservation:
 
     @contextmanager
     def call(self, number: int, layer: str, headers: dict[str, str]) -> Iterator[CallObservation]:
-        """A tool call (span ``tool_call``); trace context goes into ``headers``."""
+        """One call of the step's tool; trace context goes into ``headers``.
+
+        An HTTP tool's call is an HTTP client span as the HTTP conventions have it
+        (``{method} {url.template}``, kind CLIENT, ``url.full``, ``server.*``,
+        ``http.response.status_code``, ``http.request.resend_count``); a Python tool's
+        runs in this process: an INTERNAL span ``tool_call {tool.capability}``.
+        """
         cap = self.capability
+        attributes: dict[str, Any] = {
+            attr.GEN_AI_TOOL_NAME: cap.key, attr.RUN_ID: self.run_id,
+            attr.STEP_ID: self.step.id, attr.CAPABILITY: cap.key, attr.LAYER: layer,
+            attr.ATTEMPT: number}
+        if cap.url is not None:
+            endpoint = attr.endpoint_attributes(cap)
+            name, kind = f"{cap.method} {endpoint[attr.URL_TEMPLATE]}", SpanKind.CLIENT
+            attributes.update(endpoint)
+            if self._sent:
+                attributes[attr.HTTP_REQUEST_RESEND_COUNT] = self._sent
+        elif cap.invoker is not None:  # an MCP server or an OpenAPI operation: remote
+            name, kind = f"tool_call {cap.key}", SpanKind.CLIENT
+        else:  # a Python tool runs in this process
+            name, kind = f"tool_call {cap.key}", SpanKind.INTERNAL
+        self._sent += 1
         with self._observer.telemetry.tracer.start_as_current_span(
-            f"tool_call {cap.key}", kind=SpanKind.CLIENT,
-            attributes={attr.GEN_AI_TOOL_NAME: cap.key, attr.RUN_ID: self.run_id,
-                        attr.STEP_ID: self.step.id, attr.CAPABILITY: cap.key,
-                        attr.LAYER: layer, attr.ATTEMPT: number,
-                        **attr.endpoint_attributes(cap)},
+            name, kind=kind, attributes=attributes,
         ) as span:
             if cap.function is None:
                 propagate.inject(headers)
-            observation = CallObservation(span)
+            observation = CallObservation(span, http=cap.url is not None)
             yield observation
             self._called(observation.result)
 
@@ -278,9 +377,12 @@ class StepObservation:
         if result is None:
             return
         cap, metrics = self.capability, self._metrics
+        outcome = "succeeded" if result.error is None else "failed"
         metrics.child(metrics.tool_call_duration, cap.tool, cap.name).observe(result.latency_s)
-        metrics.child(metrics.tool_calls, cap.tool, cap.name,
-                      "succeeded" if result.error is None else "failed").inc()
+        metrics.child(metrics.tool_calls, cap.tool, cap.name, outcome).inc()
+        instruments = self._observer.instruments
+        instruments.tool_calls.add(1, {**self._labels, attr.OUTCOME: outcome})
+        instruments.tool_call_duration.record(result.latency_s, self._labels)
         if result.error is not None:
             metrics.child(metrics.tool_errors, cap.tool, cap.name,
                           result.error.category.value).inc()
@@ -298,50 +400,64 @@ class StepObservation:
         cap, metrics = self.capability, self._metrics
         metrics.child(metrics.steps, self.step.tool, self.step.capability, result.status).inc()
         metrics.child(metrics.step_duration, cap.tool, cap.name).observe(result.duration_s)
+        self._observer.instruments.steps.add(1, {**self._labels, attr.STEP_STATUS: result.status})
 
 
 class CallObservation:
     """A tool call's span; :meth:`answered` records what came back."""
 
-    def __init__(self, span: Span) -> None:
+    def __init__(self, span: Span, *, http: bool) -> None:
         self.span = span
+        self.http = http
         self.result: CallResult | None = None
 
     def answered(self, result: CallResult) -> None:
+        """The call came back: the status code of an HTTP answer (success included) and,
+        for a failure, ``error.type`` — the status code of a 4xx/5xx answer as the HTTP
+        conventions ask, else the error category (no answer, or an error envelope)."""
         self.result = result
         error = result.error
+        status = result.http_status if error is None else error.http_status
+        if self.http and status is not None:
+            self.span.set_attribute(attr.HTTP_RESPONSE_STATUS_CODE, status)
         if error is not None:
             self.span.set_status(Status(StatusCode.ERROR, error.message[:200]))
-            self.span.set_attribute(attr.ERROR_TYPE, error.category.value)
-            if error.http_status is not None:
-                self.span.set_attribute("http.response.status_code", error.http_status)
+            http_error = self.http and status is not None and status >= 400
+            self.span.set_attribute(attr.ERROR_TYPE, str(status) if http_error
+                                    else error.category.value)
 
 
 class LLMCallObservation:
     """An LLM call's span, and its outcome in metrics."""
 
-    def __init__(self, observer: Observer, span: Span, purpose: str) -> None:
+    def __init__(
+        self, observer: Observer, span: Span, purpose: str, metric_attrs: dict[str, Any]
+    ) -> None:
         self._metrics = observer.metrics
+        self._instruments = observer.instruments
         self.span = span
         self.purpose = purpose
+        self._metric_attrs = metric_attrs
         self._started = time.perf_counter()
 
     def _elapsed(self) -> float:
         elapsed = time.perf_counter() - self._started
         self._metrics.llm_latency.labels(self.purpose).observe(elapsed)
         if self.purpose == "semantic_retry":
-            self._metrics.semantic_retry_llm_latency_ms.observe(elapsed * 1000)
+            self._metrics.semantic_retry_llm_latency.observe(elapsed)
         return elapsed
 
     def failed(self, exc: BaseException) -> float:
         """The call failed; returns its duration."""
         elapsed = self._elapsed()
         kind = exc.kind.value if isinstance(exc, LLMError) else "other"
+        error_type = kind if isinstance(exc, LLMError) else type(exc).__name__
         self._metrics.llm_calls.labels(self.purpose, kind).inc()
+        self._instruments.operation_duration.record(
+            elapsed, {**self._metric_attrs, attr.ERROR_TYPE: error_type})
         self.span.set_status(Status(StatusCode.ERROR, str(exc) if isinstance(exc, LLMError)
                                     else repr(exc)))
-        self.span.set_attribute(attr.ERROR_TYPE, kind if isinstance(exc, LLMError)
-                                else type(exc).__name__)
+        self.span.set_attribute(attr.ERROR_TYPE, error_type)
         return elapsed
 
     def succeeded(self, response: LLMResponse) -> float:
@@ -351,13 +467,36 @@ class LLMCallObservation:
         metrics.llm_calls.labels(self.purpose, "ok").inc()
         metrics.llm_tokens.labels(self.purpose, "input").inc(usage.input_tokens)
         metrics.llm_tokens.labels(self.purpose, "output").inc(usage.output_tokens)
+        labels = dict(self._metric_attrs)
+        if response.model:
+            labels[attr.GEN_AI_RESPONSE_MODEL] = response.model
+        self._instruments.operation_duration.record(elapsed, labels)
+        for token_type, count in (("input", usage.input_tokens), ("output", usage.output_tokens)):
+            self._instruments.token_usage.record(count, {**labels, attr.GEN_AI_TOKEN_TYPE: token_type})
         self.span.set_attribute(attr.GEN_AI_INPUT_TOKENS, usage.input_tokens)
         self.span.set_attribute(attr.GEN_AI_OUTPUT_TOKENS, usage.output_tokens)
         if response.model:
             self.span.set_attribute(attr.GEN_AI_RESPONSE_MODEL, response.model)
+        if response.response_id:
+            self.span.set_attribute(attr.GEN_AI_RESPONSE_ID, response.response_id)
         if response.finish_reason:
             self.span.set_attribute(attr.GEN_AI_RESPONSE_FINISH_REASONS, [response.finish_reason])
         return elapsed
+
+
+def _first_line(text: str, limit: int = 300) -> str | None:
+    """A capability's description as a span attribute: its first line, bounded."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line[:limit] or None
+
+
+def _run_error_type(state: RunState) -> str:
+    """A low-cardinality ``error.type`` for a run that did not succeed."""
+    if state.budget_exceeded is not None:
+        return "budget_exceeded"
+    if not state.steps:
+        return "planning_failed"
+    return "steps_failed" if state.status == "failed" else "partial"
 
 
 def _log_run_end(state: RunState, duration_s: float) -> None:

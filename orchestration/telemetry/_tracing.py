@@ -2,9 +2,10 @@
 
 The library never installs a global tracer provider: it uses the one the service passes
 in, else whatever the service installed globally (a no-op until it does). Span and
-attribute names follow the OpenTelemetry GenAI semantic conventions where they apply
-(``invoke_agent``, ``chat {model}``, ``execute_tool {tool}``); dagwright's own attributes
-are namespaced ``dagwright.*``.
+attribute names follow the OpenTelemetry GenAI semantic conventions (``invoke_agent``,
+``plan``, ``chat {model}``, ``execute_tool {tool}``) and, for calls of HTTP tools, the
+HTTP client conventions; the names come from ``opentelemetry-semantic-conventions``.
+dagwright's own attributes are namespaced ``dagwright.*``.
 
 The tracer handed to the engine (:class:`DagwrightTracer`) wraps the provider's tracer
 for two reasons:
@@ -23,10 +24,19 @@ import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from opentelemetry import trace
 from opentelemetry.context import Context
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
+from opentelemetry.semconv._incubating.attributes import http_attributes as http_incubating
+from opentelemetry.semconv._incubating.attributes import url_attributes as url_incubating
+from opentelemetry.semconv.attributes import (
+    error_attributes,
+    http_attributes,
+    server_attributes,
+    url_attributes,
+)
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace import TracerProvider as TracerProviderAPI
 from opentelemetry.util.types import Attributes, AttributeValue
@@ -36,23 +46,43 @@ from orchestration.redaction import Redactor
 
 TRACER_NAME = "dagwright"
 
-# --- attribute names: GenAI semantic conventions ---------------------------------------
-GEN_AI_OPERATION = "gen_ai.operation.name"  # invoke_agent | chat | execute_tool
-GEN_AI_PROVIDER = "gen_ai.provider.name"  # current name of the provider attribute
-GEN_AI_SYSTEM = "gen_ai.system"  # its older name, still read by many backends
-GEN_AI_AGENT_NAME = "gen_ai.agent.name"
-GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
-GEN_AI_REQUEST_TEMPERATURE = "gen_ai.request.temperature"
-GEN_AI_REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
-GEN_AI_OUTPUT_TYPE = "gen_ai.output.type"  # json | text
-GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
-GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
-GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"
-GEN_AI_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
-GEN_AI_TOOL_NAME = "gen_ai.tool.name"
-GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
-GEN_AI_TOOL_TYPE = "gen_ai.tool.type"  # extension (HTTP service) | function (Python)
-ERROR_TYPE = "error.type"
+# --- attribute names: the OpenTelemetry semantic conventions ----------------------------
+# Taken from opentelemetry-semantic-conventions, never typed by hand. The GenAI ones are
+# still "incubating" (Development status) there; HTTP, server, URL and error are stable.
+GEN_AI_OPERATION = gen_ai.GEN_AI_OPERATION_NAME  # invoke_agent | plan | chat | execute_tool
+GEN_AI_PROVIDER = gen_ai.GEN_AI_PROVIDER_NAME
+GEN_AI_AGENT_NAME = gen_ai.GEN_AI_AGENT_NAME
+GEN_AI_AGENT_VERSION = gen_ai.GEN_AI_AGENT_VERSION
+GEN_AI_REQUEST_MODEL = gen_ai.GEN_AI_REQUEST_MODEL
+GEN_AI_REQUEST_TEMPERATURE = gen_ai.GEN_AI_REQUEST_TEMPERATURE
+GEN_AI_REQUEST_MAX_TOKENS = gen_ai.GEN_AI_REQUEST_MAX_TOKENS
+GEN_AI_OUTPUT_TYPE = gen_ai.GEN_AI_OUTPUT_TYPE  # json | text
+GEN_AI_RESPONSE_ID = gen_ai.GEN_AI_RESPONSE_ID
+GEN_AI_RESPONSE_MODEL = gen_ai.GEN_AI_RESPONSE_MODEL
+GEN_AI_RESPONSE_FINISH_REASONS = gen_ai.GEN_AI_RESPONSE_FINISH_REASONS
+GEN_AI_INPUT_TOKENS = gen_ai.GEN_AI_USAGE_INPUT_TOKENS
+GEN_AI_OUTPUT_TOKENS = gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS
+GEN_AI_TOKEN_TYPE = gen_ai.GEN_AI_TOKEN_TYPE  # input | output (metrics)
+GEN_AI_TOOL_NAME = gen_ai.GEN_AI_TOOL_NAME
+GEN_AI_TOOL_DESCRIPTION = gen_ai.GEN_AI_TOOL_DESCRIPTION
+GEN_AI_TOOL_CALL_ID = gen_ai.GEN_AI_TOOL_CALL_ID
+GEN_AI_TOOL_TYPE = gen_ai.GEN_AI_TOOL_TYPE  # extension (HTTP service) | function (Python)
+ERROR_TYPE = error_attributes.ERROR_TYPE
+SERVER_ADDRESS = server_attributes.SERVER_ADDRESS
+SERVER_PORT = server_attributes.SERVER_PORT
+HTTP_REQUEST_METHOD = http_attributes.HTTP_REQUEST_METHOD
+HTTP_RESPONSE_STATUS_CODE = http_attributes.HTTP_RESPONSE_STATUS_CODE
+HTTP_REQUEST_RESEND_COUNT = http_incubating.HTTP_REQUEST_RESEND_COUNT
+URL_FULL = url_attributes.URL_FULL
+URL_TEMPLATE = url_incubating.URL_TEMPLATE
+
+# values of gen_ai.operation.name (the package's enum of them is deprecated and lags the
+# conventions: "plan" is in the GenAI conventions but not in its enum yet)
+OP_INVOKE_AGENT = "invoke_agent"
+OP_PLAN = "plan"
+OP_CHAT = "chat"
+OP_EXECUTE_TOOL = "execute_tool"
+AGENT_NAME = "dagwright"
 
 # --- dagwright's own -------------------------------------------------------------------
 RUN_ID = "dagwright.run.id"
@@ -64,6 +94,10 @@ CAPABILITY = "dagwright.capability"
 LAYER = "dagwright.layer"
 ATTEMPT = "dagwright.attempt"
 PURPOSE = "dagwright.llm.purpose"
+PLAN_PURPOSE = "dagwright.plan.purpose"  # plan | replan
+LAYER_EVENT = "dagwright.layer.event"
+OUTCOME = "dagwright.outcome"
+BUDGET = "dagwright.budget"
 
 _events_log = get_logger("dagwright.events")
 # layer events an operator wants in the logs at INFO; the rest (e.g. every coercion) at DEBUG
@@ -263,9 +297,12 @@ def _str_attr(attributes: Attributes, key: str) -> str | None:
 
 
 def endpoint_attributes(capability: Any) -> dict[str, Any]:
-    """HTTP client attributes of a capability's endpoint: method, host and port only.
+    """HTTP client attributes of a capability's endpoint, as the HTTP conventions name them.
 
-    Never the full URL: a catalog URL may carry credentials or query parameters.
+    ``url.full`` is the catalog's URL with any credentials in it replaced by ``REDACTED``
+    (as the conventions require) and without the query string a GET builds from the
+    step's parameters (parameter values never go into spans); ``url.template`` is its
+    path, a low-cardinality name of the endpoint.
     """
     url = getattr(capability, "url", None)
     if not url:
@@ -275,5 +312,23 @@ def endpoint_attributes(capability: Any) -> dict[str, Any]:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:  # a malformed port; the call itself will say so
         port = 0
-    return {"http.request.method": capability.method, "server.address": parts.hostname or "",
-            "server.port": port}
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "REDACTED:REDACTED@" + netloc.rsplit("@", 1)[1]
+    query = "&".join(f"{k}=REDACTED" if v else k for k, _, v in
+                     (pair.partition("=") for pair in parts.query.split("&") if pair))
+    full = urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+    return {HTTP_REQUEST_METHOD: capability.method, SERVER_ADDRESS: parts.hostname or "",
+            SERVER_PORT: port, URL_FULL: full, URL_TEMPLATE: parts.path or "/"}
+
+
+def server_attributes_of(base_url: str | None) -> dict[str, Any]:
+    """``server.address`` / ``server.port`` of an LLM endpoint (none for in-process LLMs)."""
+    if not base_url:
+        return {}
+    parts = urlsplit(base_url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return {}
+    return {SERVER_ADDRESS: parts.hostname or "", SERVER_PORT: port} if parts.hostname else {}

@@ -16,7 +16,8 @@ from prometheus_client.metrics import MetricWrapperBase
 __all__ = ["Metrics"]
 
 _SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
-_MS_BUCKETS = (10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
+# LLM calls take longer than tool calls: finer where they usually land (0.1 s - 60 s)
+_LLM_SECONDS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _TC = ("tool", "capability")
 
 
@@ -77,13 +78,23 @@ class Metrics:
         self.semantic_retry_independent_step = Counter(
             "orchestration_semantic_retry_independent_step",
             "Layer 4 re-resolutions of steps without dependencies.", ["capability"], registry=r)
-        self.semantic_retry_llm_latency_ms = Histogram(
-            "orchestration_semantic_retry_llm_latency_ms", "Latency of layer 4 LLM calls (ms).",
-            buckets=_MS_BUCKETS, registry=r)
+        # In seconds, as the Prometheus naming conventions ask (it was ..._latency_ms
+        # before; docs/observability.md has the migration for dashboards)
+        self.semantic_retry_llm_latency = Histogram(
+            "orchestration_semantic_retry_llm_latency_seconds",
+            "Latency of layer 4 LLM calls.", buckets=_LLM_SECONDS_BUCKETS, registry=r)
         self.transient_overrides = Counter(
             "orchestration_transient_override",
             "Layer 4 declared an error transient, overriding retryable=false.", list(_TC),
             registry=r)
+        self.budget_exceeded = Counter(
+            "orchestration_budget_exceeded",
+            "Runs stopped by a budget (llm_calls, tokens, cost, capability_calls).",
+            ["budget"], registry=r)
+        self.llm_cost = Counter(
+            "orchestration_llm_cost",
+            "LLM cost priced with ORCH_LLM_PRICES (the table's currency), by purpose.",
+            ["purpose"], registry=r)
         self.resilience_retries = Counter(
             "orchestration_resilience_retries",
             "Same-parameter retries after transport faults, by category.",

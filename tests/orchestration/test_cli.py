@@ -1,13 +1,24 @@
-"""The CLI: the demo runs every scenario as expected; tools lists a catalog."""
+"""The CLI, mostly through the real ``dagwright`` entry point in a subprocess: what a new
+user sees — the run id, the plan, each step with the layer that fixed it, the reason a
+run failed and what to do next, exit codes, --json everywhere output is data, errors
+that name the setting."""
 
 from __future__ import annotations
 
 import io
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from orchestration.cli import main
 from orchestration.demo.tools import DemoTools
 from tests import ROOT
+
+CATALOG = ROOT / "config" / "catalog.example.yaml"
 
 
 def test_demo_runs_every_scenario_as_expected() -> None:
@@ -78,4 +89,174 @@ def test_run_without_a_catalog_is_a_clear_error(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "orchestration", "run", "q"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    assert "ORCH_CATALOG is not set" in done.stderr
+    assert "no catalog: set ORCH_CATALOG or pass --catalog FILE" in done.stderr
+    assert "next:" in done.stderr and "Traceback" not in done.stderr
+
+
+# --- the real entry point ----------------------------------------------------------------------
+
+
+def dagwright(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the installed ``dagwright`` script (``python -m orchestration`` if it is absent)."""
+    script = Path(sys.executable).with_name("dagwright")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "orchestration"]
+    base = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    return subprocess.run([*command, *args], env=env if env is not None else base,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_version_and_help_name_every_command_and_the_exit_codes() -> None:
+    from orchestration import __version__
+
+    version = dagwright("--version")
+    assert version.returncode == 0 and version.stdout.strip() == f"dagwright {__version__}"
+    shown = dagwright("--help").stdout
+    for command in ("demo", "run", "plan", "tools", "debug", "config", "serve-tools"):
+        assert f"\n    {command}" in shown, command
+    for code in ("0", "1", "2", "3", "4", "130"):
+        assert f"\n  {code:<4} " in shown
+    assert "docs/troubleshooting.md" in shown
+
+
+def test_an_unknown_demo_scenario_is_an_error_with_the_closest_name(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = io.StringIO()
+    assert main(["demo", "layr3"], out=out) == 2 and out.getvalue() == ""
+    err = capsys.readouterr().err
+    assert "dagwright: error: unknown demo scenario 'layr3' (did you mean 'layer3'?); " \
+        "the scenarios are: weather, parallel" in err
+    assert "next: `dagwright demo --list` describes each" in err
+    assert main(["demo", "--list"], out=out) == 0
+    assert out.getvalue().splitlines()[0].startswith("weather ")
+
+
+def test_run_shows_run_id_plan_steps_with_the_fixing_layer_and_the_debug_store_finds_it(
+    tmp_path: Path, demo_tools: DemoTools,
+) -> None:
+    plan = {"steps": [
+        {"id": "q", "tool": "stocks", "capability": "quote", "params": {"symbol": "AAPL"}},
+        {"id": "eur", "tool": "currency", "capability": "convert",
+         "params": {"amount": "{{q.price}}", "from": "USD", "to": "EUR"}, "depends_on": ["q"]},
+        {"id": "fee", "tool": "currency", "capability": "convert",
+         "params": {"amount": "10", "from": "USD", "to": "JPY"}},
+    ]}
+    env = _env_for(tmp_path, demo_tools.urls, [plan, "Apple is about 209 EUR."])
+    catalog = env.pop("ORCH_CATALOG")
+    env.update({"ORCH_LLM_DEBUG_ENABLED": "true", "ORCH_LLM_DEBUG_PATH": str(tmp_path / "d.jsonl")})
+    done = dagwright("run", "Apple in EUR?", "--catalog", catalog, env=env)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("run ") and len(lines[0].split()[1]) == 32
+    run_id = lines[0].split()[1]
+    assert lines[1] == "  plan:"
+    assert '  ├─ q: stocks.quote({"symbol": "AAPL"})' in lines
+    assert any(line.startswith("  │  └─ eur: currency.convert(") for line in lines)
+    assert any(line.startswith("  ✔ fee [currency.convert] succeeded — fixed by layer 2 "
+                               "(type coercion) — 1 attempt(s)") for line in lines)
+    assert "  status: succeeded" in done.stdout and "Apple is about 209 EUR." in done.stdout
+
+    shown = dagwright("debug", run_id[:8], "--path", str(tmp_path / "d.jsonl"), env=env)
+    assert shown.returncode == 0 and shown.stdout.startswith(f"run {run_id}: 2 LLM exchange(s)")
+
+
+def test_a_planning_failure_says_why_and_what_next_with_exit_code_3(
+    tmp_path: Path, demo_tools: DemoTools,
+) -> None:
+    env = _env_for(tmp_path, demo_tools.urls, ["no plan here", "still none", "nope"])
+    done = dagwright("run", "Apple price?", env=env)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "  status: failed" in done.stdout
+    assert "  reason: planning failed: " in done.stdout
+    assert "  next: check the LLM settings with `dagwright config`" in done.stdout
+
+
+def test_run_json_of_a_planning_failure(tmp_path: Path, demo_tools: DemoTools,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in _env_for(tmp_path, demo_tools.urls, ["x", "y", "z"]).items():
+        if name.startswith("ORCH_"):
+            monkeypatch.setenv(name, value)
+    out = io.StringIO()
+    assert main(["run", "Apple price?", "--json"], out=out) == 3
+    result = json.loads(out.getvalue())
+    assert result["status"] == "failed" and result["error"].startswith("planning failed")
+    assert result["plan"] is None and len(result["run_id"]) == 32
+
+
+def test_a_budget_stop_has_its_own_exit_code_and_reason(tmp_path: Path, demo_tools: DemoTools) -> None:
+    plan = {"steps": [{"id": "q", "tool": "stocks", "capability": "quote",
+                       "params": {"symbol": "AAPL"}}]}
+    env = _env_for(tmp_path, demo_tools.urls, [plan, "never asked"])
+    env["ORCH_MAX_TOKENS_PER_RUN"] = "5"
+    done = dagwright("run", "Apple price?", env=env)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "  status: partial" in done.stdout
+    assert "  reason: run stopped: the run's LLM token budget is spent: " in done.stdout
+    assert "  next: raise ORCH_MAX_TOKENS_PER_RUN if the run needs more" in done.stdout
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"ORCH_MAX_CONCURRENCY": "abc"},
+     "dagwright: error: ORCH_MAX_CONCURRENCY='abc' is not valid: Input should be a valid integer"),
+    ({"ORCH_LLM_PROVIDER": "openia"},
+     "dagwright: error: ORCH_LLM_PROVIDER='openia' is not valid; allowed: one of openai, "
+     "anthropic, scripted — did you mean 'openai'?"),
+])
+def test_configuration_errors_name_the_variable_and_end_with_what_to_do(
+    env: dict[str, str], message: str, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(["run", "q", "--catalog", str(CATALOG)], out=io.StringIO()) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert "\n  next: fix the setting" in err
+
+
+def test_a_misspelt_variable_is_warned_about_with_the_closest_name() -> None:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    done = dagwright("config", env={**base, "ORCH_MAX_CONCURENCY": "3"})
+    assert done.returncode == 0
+    assert done.stderr.strip() == ("dagwright: warning: ORCH_MAX_CONCURENCY is not a dagwright "
+                                   "setting and is ignored; did you mean ORCH_MAX_CONCURRENCY?")
+    assert "ORCH_MAX_CONCURRENCY=8" in done.stdout
+
+
+def test_tools_and_config_print_json_that_reads_back() -> None:
+    from orchestration import Catalog
+
+    out = io.StringIO()
+    assert main(["tools", "--catalog", str(CATALOG), "--json"], out=out) == 0
+    catalog = Catalog.from_dict(json.loads(out.getvalue()))
+    assert catalog.has("currency", "convert")
+    assert catalog.to_dict() == json.loads(out.getvalue())
+    out = io.StringIO()
+    assert main(["config", "--json"], out=out) == 0
+    assert json.loads(out.getvalue())["ORCH_MAX_CONCURRENCY"] == 8
+
+
+def test_a_broken_catalog_lists_every_problem_and_what_to_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    bad = tmp_path / "tools.yaml"
+    bad.write_text("tools:\n  - name: t\n    capabilities:\n      - name: a\n        url: python:f\n"
+                   "      - name: b\n        path: /b\n")
+    assert main(["tools", "--catalog", str(bad)], out=io.StringIO()) == 2
+    err = capsys.readouterr().err
+    assert f"dagwright: error: {bad}: 2 problems in the catalog:" in err
+    assert "\n  1. " in err and "\n  2. " in err
+    assert "next: fix the catalog; `dagwright tools --catalog FILE` checks" in err
+
+
+def test_plan_command_planning_failure_exits_3_with_what_next(
+    tmp_path: Path, demo_tools: DemoTools, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name, value in _env_for(tmp_path, demo_tools.urls, ["x", "y", "z"]).items():
+        if name.startswith("ORCH_"):
+            monkeypatch.setenv(name, value)
+    assert main(["plan", "Apple price?"], out=io.StringIO()) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("dagwright: error: planning failed: no valid plan after 3 attempt(s)")
+    assert "next: check the LLM settings with `dagwright config`" in err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -41,8 +42,106 @@ def test_env_variables_map_to_fields(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_invalid_values_name_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ORCH_MAX_CONCURRENCY", "0")
-    with pytest.raises(ValueError, match="max_concurrency"):
+    with pytest.raises(ConfigError, match=r"^ORCH_MAX_CONCURRENCY='0' is not valid: .*; "
+                       r"allowed: an integer ≥ 1$"):
         OrchestratorConfig()
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    ({"ORCH_MAX_CONCURRENCY": "abc"},
+     "ORCH_MAX_CONCURRENCY='abc' is not valid: Input should be a valid integer"),
+    ({"ORCH_LLM_PROVIDER": "openia"},
+     "ORCH_LLM_PROVIDER='openia' is not valid; allowed: one of openai, anthropic, scripted"
+     " — did you mean 'openai'?"),
+    ({"ORCH_LLM_STRUCTURED_OUTPUT": "tool"},
+     "ORCH_LLM_STRUCTURED_OUTPUT='tool' is not valid; allowed: one of auto, json_schema, "
+     "json_object, none"),
+    ({"ORCH_RETRY_JITTER": "2"}, "allowed: a number ≥ 0 and ≤ 1"),
+    ({"ORCH_TYPE_COERCION_ENABLED": "maybe"}, "allowed: true or false"),
+    ({"ORCH_LLM_PRICES": "{not json"}, "ORCH_LLM_PRICES is not valid: it must be a JSON object"),
+    ({"ORCH_LLM_PRICES": '{"gpt-x": {"input_per_1k": 1}}'},
+     "ORCH_LLM_PRICES: gpt-x.output_per_1k: Field required"),
+    ({"ORCH_MAX_COST_PER_RUN": "0.5"}, "ORCH_MAX_COST_PER_RUN needs a price table: set ORCH_LLM_PRICES"),
+])
+def test_a_bad_variable_is_a_config_error_naming_it_the_value_and_what_is_allowed(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expected: str,
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as caught:
+        OrchestratorConfig()
+    assert expected in str(caught.value)
+    assert caught.value.__cause__ is None and "pydantic" not in str(caught.value)
+
+
+def test_every_bad_value_is_reported_at_once_and_secrets_are_not_echoed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ORCH_MAX_CONCURRENCY", "0")
+    monkeypatch.setenv("ORCH_LOG_FORMAT", "xml")
+    with pytest.raises(ConfigError) as caught:
+        OrchestratorConfig(llm_api_key=12345678)  # type: ignore[arg-type]
+    text = str(caught.value)
+    assert text.startswith("invalid configuration:\n")
+    assert "ORCH_MAX_CONCURRENCY='0'" in text and "ORCH_LOG_FORMAT='xml'" in text
+    assert "llm_api_key='********' (argument of OrchestratorConfig)" in text
+    assert "12345678" not in text
+
+
+def test_an_unknown_orch_variable_is_warned_about_once_with_the_closest_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import warnings
+
+    from orchestration.config import _WARNED
+    from orchestration.errors import ConfigWarning
+
+    monkeypatch.setenv("ORCH_MAX_CONCURENCY", "3")
+    monkeypatch.setenv("ORCH_NOTHING_LIKE_IT", "1")
+    _WARNED.discard("ORCH_MAX_CONCURENCY")
+    _WARNED.discard("ORCH_NOTHING_LIKE_IT")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert OrchestratorConfig().max_concurrency == 8  # the misspelt value is not used
+        OrchestratorConfig()
+    messages = [str(w.message) for w in caught if issubclass(w.category, ConfigWarning)]
+    assert messages == [
+        "ORCH_MAX_CONCURENCY is not a dagwright setting and is ignored; "
+        "did you mean ORCH_MAX_CONCURRENCY?",
+        "ORCH_NOTHING_LIKE_IT is not a dagwright setting and is ignored; "
+        "`dagwright config` lists every setting",
+    ]
+
+
+def test_structured_output_modes_that_do_nothing_for_the_provider_are_rejected() -> None:
+    with pytest.raises(ConfigError, match="ORCH_LLM_STRUCTURED_OUTPUT=json_object is a mode of "
+                       "OpenAI-compatible servers; with ORCH_LLM_PROVIDER=anthropic use auto"):
+        Orchestrator(catalog=Catalog(), config=OrchestratorConfig(
+            llm_provider="anthropic", llm_model="claude", llm_structured_output="json_object"))
+
+
+def test_from_env_takes_a_catalog_object_or_file(monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path) -> None:
+    monkeypatch.delenv("ORCH_CATALOG", raising=False)
+    monkeypatch.setenv("ORCH_LLM_PROVIDER", "scripted")
+    script = tmp_path / "script.json"
+    script.write_text("[]")
+    monkeypatch.setenv("ORCH_LLM_SCRIPT", str(script))
+    catalog = Catalog()
+    catalog.add_function(lambda: 1, tool="t", capability="c")
+    assert Orchestrator.from_env(catalog=catalog).catalog is catalog
+    from_file = Orchestrator.from_env(catalog=ROOT / "config" / "catalog.example.yaml")
+    assert from_file.catalog.has("currency", "convert")
+
+
+def test_price_table_prices_models_and_a_default() -> None:
+    config = OrchestratorConfig(llm_prices={
+        "big": {"input_per_1k": 10, "output_per_1k": 30}, "*": {"input_per_1k": 1, "output_per_1k": 2}})
+    big = config.price_of("big")
+    assert big is not None and big.cost(1000, 500) == 25
+    other = config.price_of("small")
+    assert other is not None and other.cost(2000, 1000) == 4
+    assert OrchestratorConfig().price_of("big") is None
 
 
 def test_config_command_masks_secrets(monkeypatch: pytest.MonkeyPatch,

@@ -64,7 +64,7 @@ class Harness:
         return value or 0.0
 
     def plan_span(self) -> ReadableSpan:
-        return next(s for s in self.spans.get_finished_spans() if s.name == "plan")
+        return next(s for s in self.spans.get_finished_spans() if s.name == "plan dagwright")
 
     def attempt_events(self) -> list[dict[str, Any]]:
         return [dict(e.attributes or {}) for e in self.plan_span().events

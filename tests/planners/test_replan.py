@@ -107,8 +107,11 @@ def test_replan_completes_a_run_whose_first_plan_hit_a_dead_end(
     assert '"step": "conv2"' in synthesis and "SYMBOL_NOT_FOUND" not in synthesis
     assert result.answer == "Tesla trades at about 430.82 EUR."
 
-    replan_span = next(s for s in spans.get_finished_spans() if s.name == "replan")
+    replan_span = next(s for s in spans.get_finished_spans()
+                       if (s.attributes or {}).get("dagwright.plan.purpose") == "replan")
     assert replan_span.attributes is not None
+    assert replan_span.name == "plan dagwright"
+    assert replan_span.attributes["gen_ai.operation.name"] == "plan"
     assert replan_span.attributes["dagwright.replan.round"] == 1
     assert replan_span.attributes["dagwright.replan.open_steps"] == "q,conv"
 

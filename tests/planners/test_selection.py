@@ -84,7 +84,7 @@ class Run:
         return self.request.messages[0]["content"]
 
     def selection_event(self) -> dict[str, Any]:
-        span = next(s for s in self.spans.get_finished_spans() if s.name == "plan")
+        span = next(s for s in self.spans.get_finished_spans() if s.name == "plan dagwright")
         event = next(e for e in span.events if e.name == "catalog_selection")
         return dict(event.attributes or {})
 

@@ -147,7 +147,7 @@ def test_tesla_proceeds_are_computed_by_layer_4_from_the_trajectory(
     tc = {"tool": "currency", "capability": "convert"}
     assert metric(registry, "orchestration_semantic_retry_attempts_total", **tc) == 1
     assert metric(registry, "orchestration_semantic_retry_success_total", **tc) == 1
-    assert metric(registry, "orchestration_semantic_retry_llm_latency_ms_count") == 1
+    assert metric(registry, "orchestration_semantic_retry_llm_latency_seconds_count") == 1
     assert metric(registry, "orchestration_semantic_retry_independent_step_total",
                   capability="convert") == 0
     (start,) = events(exporter, "contextual_re_resolution.start")

@@ -317,7 +317,7 @@ def test_llm_error_gives_up_without_crashing() -> None:
     assert pay.error.code == "INVALID_AMOUNT"
     assert "could not ask the LLM" in pay.error.details["gave_up"]
     assert h.events("contextual_re_resolution.complete")[0]["outcome"] == "llm_error"
-    assert h.metric("orchestration_semantic_retry_llm_latency_ms_count") == 1
+    assert h.metric("orchestration_semantic_retry_llm_latency_seconds_count") == 1
 
 
 # --- switches ---------------------------------------------------------------------------------

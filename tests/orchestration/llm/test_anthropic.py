@@ -373,3 +373,30 @@ async def test_aclose_closes_only_an_owned_client(anthropic_server: FakeAnthropi
         await borrowed.aclose()
         assert not shared.is_closed
     assert anthropic_server.requests[0].path == "/v1/messages"
+
+
+async def test_a_base_url_with_v1_gets_a_hint_and_a_401_names_the_key(
+    anthropic_server: FakeAnthropicServer,
+) -> None:
+    c = AnthropicClient(model="m", api_key=SECRET, base_url=anthropic_server.url + "/v1")
+    try:
+        err = await failure(c)
+    finally:
+        await c.aclose()
+    assert err.status == 404
+    assert "check ORCH_LLM_BASE_URL" in str(err) and "without /v1" in str(err)
+    anthropic_server.error(401, "invalid x-api-key")
+    c = AnthropicClient(model="m", api_key=SECRET, base_url=anthropic_server.base_url)
+    try:
+        err = await failure(c)
+    finally:
+        await c.aclose()
+    assert "check the API key: ORCH_LLM_API_KEY" in str(err)
+
+
+async def test_the_response_id_is_kept(
+    anthropic_server: FakeAnthropicServer, client: AnthropicClient
+) -> None:
+    anthropic_server.answer("hi")
+    response = await client.complete(ask())
+    assert response.response_id is not None and response.response_id.startswith("msg_")

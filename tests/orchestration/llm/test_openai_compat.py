@@ -445,3 +445,46 @@ async def test_aclose_closes_only_an_owned_client(openai_server: FakeOpenAIServe
 def test_unknown_structured_output_mode_is_rejected() -> None:
     with pytest.raises(ValueError, match="structured_output"):
         OpenAICompatibleClient(base_url="http://x/v1", model="m", structured_output="tool")  # type: ignore[arg-type]
+
+
+# --- errors that point at a setting --------------------------------------------------------
+
+
+async def test_a_base_url_without_v1_gets_a_hint_naming_the_setting(
+    openai_server: FakeOpenAIServer,
+) -> None:
+    c = OpenAICompatibleClient(base_url=openai_server.url, model="m", api_key=SECRET)
+    try:
+        err = await failure(c)
+    finally:
+        await c.aclose()
+    assert err.status == 404 and "no route /chat/completions" in str(err)
+    assert f"check ORCH_LLM_BASE_URL: nothing answers at {openai_server.url}/chat/completions" in str(err)
+    assert "(yours has no /v1)" in str(err)
+
+
+async def test_an_unknown_model_points_at_the_model_setting(
+    openai_server: FakeOpenAIServer, client: OpenAICompatibleClient
+) -> None:
+    openai_server.error(404, "The model `gpt-nope` does not exist")
+    err = await failure(client)
+    assert "check ORCH_LLM_MODEL" in str(err) and "ORCH_LLM_BASE_URL" not in str(err)
+
+
+async def test_a_401_names_the_api_key_setting() -> None:
+    with FakeOpenAIServer(api_key="sk-the-right-key-000") as srv:
+        c = OpenAICompatibleClient(base_url=srv.base_url, model="m", api_key=SECRET)
+        try:
+            err = await failure(c)
+        finally:
+            await c.aclose()
+    assert err.kind is LLMErrorKind.AUTH
+    assert "check the API key: ORCH_LLM_API_KEY" in str(err)
+
+
+async def test_the_response_id_is_kept(
+    openai_server: FakeOpenAIServer, client: OpenAICompatibleClient
+) -> None:
+    openai_server.answer("hi")
+    response = await client.complete(ask())
+    assert response.response_id is not None and response.response_id.startswith("chatcmpl-")

@@ -28,9 +28,11 @@ from orchestration import (
     OrchestratorConfig,
     RunEvent,
     RunResult,
+    RunState,
     RunUsage,
     ScriptedLLM,
 )
+from orchestration._budget import RunBudget
 from orchestration.clock import ManualClock
 from orchestration.debug_store import iter_records
 from orchestration.errors import LLMBudgetExceeded, LLMError, LLMErrorKind
@@ -467,10 +469,13 @@ def harness(client: LLMClient, *, max_calls: int = 5, retries: int = 2) -> Gatew
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     observer = Observer(Telemetry.create(provider, CollectorRegistry()), Redactor())
-    usage, clock = RunUsage(), ManualClock()
+    clock = ManualClock()
+    run = RunState(run_id="run-1", query="q")
+    usage = run.usage
+    budget = RunBudget(run, OrchestratorConfig(max_llm_calls_per_run=max_calls), observer)
     records: list[tuple[LLMRequest, LLMResponse | None, BaseException | None]] = []
     gateway = LLMGateway(
-        client, observer=observer, usage=usage, run_id="run-1", max_calls=max_calls,
+        client, observer=observer, usage=usage, run_id="run-1", budget=budget,
         policy=RetryPolicy(max_attempts=retries + 1, base_delay_s=0.25), clock=clock,
         debug_recorder=lambda req, resp, err, _elapsed: records.append((req, resp, err)),
     )
@@ -491,7 +496,7 @@ async def test_gateway_retries_a_429_before_the_stream_and_accounts_the_answer(
     assert len(openai_server.requests) == 2
     assert (h.usage.llm_calls, h.usage.input_tokens, h.usage.output_tokens) == (1, 40, 8)
     assert h.usage.by_purpose["synthesis"]["calls"] == 1
-    assert h.gateway.calls_made == 2  # the rate-limited attempt counts against the budget
+    assert h.gateway.budget.llm_calls_made == 2  # the rate-limited attempt counts too
     spans = [s for s in h.spans.get_finished_spans() if s.name == "chat gpt-test"]
     assert len(spans) == 2
     assert spans[-1].attributes is not None

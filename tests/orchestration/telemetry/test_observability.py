@@ -23,6 +23,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 from prometheus_client import CollectorRegistry, generate_latest
 
 from orchestration import Catalog, LLMRequest, Orchestrator, OrchestratorConfig, RunResult, ScriptedLLM
@@ -132,6 +133,25 @@ def run_auth_failure(tools: DemoTools, catalog: Catalog, registry: CollectorRegi
     return result
 
 
+def run_budget_stop(tools: DemoTools, catalog: Catalog, registry: CollectorRegistry) -> RunResult:
+    """A run a capability's call budget stops, its LLM calls priced: the budget and cost
+    metrics get data."""
+    data = tools.catalog_dict()
+    for tool in data["tools"]:
+        for cap in tool["capabilities"]:
+            if (tool["name"], cap["name"]) == ("currency", "convert"):
+                cap["max_calls_per_run"] = 1
+    plan = {"steps": [{"id": f"c{n}", "tool": "currency", "capability": "convert",
+                       "params": {"amount": n, "from": "USD", "to": "EUR"}} for n in (1, 2)]}
+    config = OrchestratorConfig(max_concurrency=1, llm_prices={
+        "scripted": {"input_per_1k": 0.5, "output_per_1k": 1.5}})
+    orch = Orchestrator(Catalog.from_dict(data), ScriptedLLM([plan]), config, registry=registry,
+                        clock=ManualClock())
+    result = orch.run("Convert 1 and 2 USD to EUR")
+    assert result.budget_exceeded is not None and result.status == "partial"
+    return result
+
+
 # --------------------------------------------------------------------------- fixtures
 
 
@@ -180,12 +200,21 @@ def test_span_tree_and_layer_events_of_a_run_through_every_layer(
     roots = [s for s in finished if s.parent is None]
     assert [r.name for r in roots] == ["invoke_agent dagwright"]
     root = roots[0]
+    assert root.kind is SpanKind.INTERNAL  # the agent runs in this process
     assert root.attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert root.attributes["gen_ai.agent.name"] == "dagwright"
+    assert root.attributes["gen_ai.provider.name"] == "scripted"
+    assert root.attributes["gen_ai.request.model"] == "scripted"
+    assert root.attributes["gen_ai.usage.input_tokens"] == result.usage.input_tokens > 0
+    assert root.attributes["gen_ai.usage.output_tokens"] == result.usage.output_tokens > 0
     assert root.attributes["dagwright.run.id"] == result.run_id
     assert root.attributes["dagwright.run.status"] == "succeeded"
 
-    # run -> plan -> two chat spans (the broken plan, then the good one)
-    plan_span = next(s for s in finished if s.name == "plan")
+    # run -> the conventions' plan span -> two chat spans (the broken plan, then the good one)
+    plan_span = next(s for s in finished if s.name == "plan dagwright")
+    assert plan_span.kind is SpanKind.INTERNAL
+    assert plan_span.attributes["gen_ai.operation.name"] == "plan"
+    assert plan_span.attributes["dagwright.plan.purpose"] == "plan"
     assert parent(plan_span) is root
     plan_chats = [s for s in finished if s.attributes.get("dagwright.llm.purpose") == "plan"]
     assert len(plan_chats) == 2 and all(parent(c) is plan_span for c in plan_chats)
@@ -197,6 +226,7 @@ def test_span_tree_and_layer_events_of_a_run_through_every_layer(
         assert chat.attributes["gen_ai.output.type"] == "json"
         assert chat.attributes["gen_ai.usage.input_tokens"] > 0
         assert chat.attributes["gen_ai.usage.output_tokens"] > 0
+        assert "gen_ai.system" not in chat.attributes  # deprecated for gen_ai.provider.name
 
     # run -> one execute_tool span per step, with the GenAI and dagwright attributes
     steps = {s.attributes["dagwright.step.id"]: s for s in finished
@@ -210,24 +240,45 @@ def test_span_tree_and_layer_events_of_a_run_through_every_layer(
         assert span.attributes["gen_ai.tool.name"] == key
         assert span.attributes["gen_ai.tool.call.id"] == f"{result.run_id}:{step_id}"
         assert span.attributes["gen_ai.tool.type"] == "extension"
+        assert span.attributes["gen_ai.tool.description"] == \
+            demo_catalog.get(step.tool, step.capability).description.strip().splitlines()[0]
         assert span.attributes["dagwright.run.id"] == result.run_id
         assert span.attributes["dagwright.capability"] == key
         assert span.attributes["dagwright.attempt"] == len(step.attempts)
         assert span.attributes["dagwright.layer"] == step.attempts[-1].layer
         assert span.attributes["dagwright.step.status"] == "succeeded"
 
-    # step -> tool_call spans, one per attempt that was sent, nested under their own step
+    # step -> HTTP client spans, one per attempt that was sent, nested under their own step
     # although the steps ran concurrently
     for step_id, step_span in steps.items():
-        calls = sorted((s for s in finished if s.name.startswith("tool_call ")
+        calls = sorted((s for s in finished if "http.request.method" in (s.attributes or {})
                         and s.attributes["dagwright.step.id"] == step_id),
                        key=lambda s: s.start_time or 0)
         assert calls and all(parent(c) is step_span for c in calls)
         sent = [a for a in result.steps[step_id].attempts if a.outcome in ("succeeded", "failed")]
         assert [(c.attributes["dagwright.layer"], c.attributes["dagwright.attempt"]) for c in calls] \
             == [(a.layer, a.number) for a in sent]
-        assert calls[0].attributes["http.request.method"] == "POST"
-        assert calls[0].attributes["server.address"] == "127.0.0.1"
+        cap = demo_catalog.get(result.steps[step_id].tool, result.steps[step_id].capability)
+        path = cap.url.split("127.0.0.1:", 1)[1].split("/", 1)[1]
+        for number, call in enumerate(calls):
+            assert call.kind is SpanKind.CLIENT and call.name == f"POST /{path}"
+            assert call.attributes["http.request.method"] == "POST"
+            assert call.attributes["server.address"] == "127.0.0.1"
+            assert call.attributes["url.full"] == cap.url
+            assert call.attributes["url.template"] == f"/{path}"
+            assert call.attributes.get("http.request.resend_count") == (number or None)
+        last = calls[-1]  # the call that succeeded: its status code too
+        assert last.attributes["http.response.status_code"] == 200
+        assert "error.type" not in last.attributes
+        for call, attempt in zip(calls, sent, strict=True):
+            if attempt.outcome == "failed":  # a 4xx/5xx is its status code, no answer its category
+                assert attempt.error is not None
+                status = call.attributes.get("http.response.status_code")
+                assert call.attributes["error.type"] == (
+                    str(status) if status else attempt.error.category.value)
+    failed_calls = [s for s in finished if "error.type" in (s.attributes or {})
+                    and "http.request.method" in s.attributes]
+    assert {s.attributes["error.type"] for s in failed_calls} >= {"CONNECTION_ERROR", "503"}
 
     # layer LLM calls are children of the step they repair; synthesis of the run
     for purpose in ("validation_feedback", "semantic_retry"):
@@ -269,7 +320,7 @@ def test_tools_receive_a_traceparent_that_joins_the_run_trace(
     provider, exporter = spans
     result, _ = run_every_layer(demo_tools, demo_catalog, registry, tracer_provider=provider)
     tool_call_spans = {f"{s.context.span_id:016x}" for s in exporter.get_finished_spans()
-                       if s.name.startswith("tool_call ")}
+                       if "http.request.method" in (s.attributes or {})}
     requests = [r for name in ("stocks", "currency", "weather") for r in demo_tools[name].requests]
     assert len(requests) == len(tool_call_spans) == 11
     for request in requests:
@@ -297,7 +348,7 @@ def test_span_attributes_never_carry_parameters_or_the_query(
 # --------------------------------------------------------------------------- metrics
 
 ALLOWED_LABELS = {"tool", "capability", "layer", "outcome", "category", "purpose", "status",
-                  "direction", "reason", "le"}
+                  "direction", "reason", "budget", "le"}
 
 
 def test_metrics_of_every_layer_have_bounded_labels(
@@ -329,7 +380,7 @@ def test_metrics_of_every_layer_have_bounded_labels(
                    if s.name == "orchestration_semantic_retry_independent_step_total"]
     assert [(set(s.labels), s.labels["capability"].endswith("geocode"), s.value) for s in independent] \
         == [({"capability"}, True, 1.0)]
-    assert value("orchestration_semantic_retry_llm_latency_ms_count") == 3
+    assert value("orchestration_semantic_retry_llm_latency_seconds_count") == 3
     assert value("orchestration_transient_override_total", tool="weather", capability="forecast") == 1
     assert value("orchestration_resilience_retries_total", tool="stocks", capability="quote",
                  category="CONNECTION_ERROR") == 1

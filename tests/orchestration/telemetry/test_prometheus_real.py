@@ -2,10 +2,13 @@
 
 A real ``prometheus`` (the Debian package; installed here if missing and we may) scrapes
 a loopback ``/metrics`` endpoint served from a fresh registry while a workload that
-exercises every layer runs twice. Then every panel query of config/grafana/dagwright.json
-and every alert expression of config/prometheus/alerts.yml is evaluated through
-Prometheus' HTTP API: a query that errors or returns no series fails the test.
-``promtool`` checks the rules and unit-tests that the important alerts fire.
+exercises every layer and a budget runs twice. The dashboard's ``job`` and ``instance``
+variables are resolved as Grafana does (label values of ``orchestration_runs_total``),
+then every panel query of config/grafana/dagwright.json, with those values, and every
+alert expression of config/prometheus/alerts.yml is evaluated through Prometheus' HTTP
+API: a query that errors or returns no series fails the test, and so does a panel that
+still shows data for a job that does not exist. ``promtool`` checks our exposition
+(``check metrics``) and the rules, and unit-tests that the important alerts fire.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -31,7 +35,11 @@ from orchestration import Catalog
 from orchestration.demo.tools import DemoTools
 from orchestration.telemetry import Metrics, serve_metrics
 from tests import ROOT
-from tests.orchestration.telemetry.test_observability import run_auth_failure, run_every_layer
+from tests.orchestration.telemetry.test_observability import (
+    run_auth_failure,
+    run_budget_stop,
+    run_every_layer,
+)
 
 DASHBOARD = ROOT / "config" / "grafana" / "dagwright.json"
 ALERTS = ROOT / "config" / "prometheus" / "alerts.yml"
@@ -39,6 +47,15 @@ EXAMPLE_CONFIG = ROOT / "config" / "prometheus" / "prometheus.yml"
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def dashboard_variables() -> dict[str, dict[str, Any]]:
+    return {v["name"]: v for v in json.loads(DASHBOARD.read_text())["templating"]["list"]}
+
+
+def with_variables(expr: str, job: str, instance: str) -> str:
+    """``expr`` as Grafana sends it for one job and instance."""
+    return expr.replace("$job", job).replace("$instance", instance)
 
 
 def dashboard_queries() -> list[tuple[str, str]]:
@@ -149,17 +166,27 @@ class Prometheus:
 
 
 @pytest.fixture
+def metrics_endpoint(registry: CollectorRegistry) -> Iterator[str]:
+    """``registry`` served on loopback: the URL of its ``/metrics``."""
+    server = serve_metrics(0, registry, addr="127.0.0.1")
+    try:
+        yield server.url
+    finally:
+        server.close()
+
+
+@pytest.fixture
 def prometheus(binaries: tuple[str, str], tmp_path: Path,
-               registry: CollectorRegistry) -> Iterator[Prometheus]:
-    """A real Prometheus scraping ``registry`` every second, stopped afterwards."""
-    metrics = serve_metrics(0, registry, addr="127.0.0.1")
+               metrics_endpoint: str) -> Iterator[Prometheus]:
+    """A real Prometheus scraping ``metrics_endpoint`` every second, stopped afterwards."""
+    target = metrics_endpoint.removeprefix("http://").removesuffix("/metrics")
     port = free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(yaml.safe_dump({
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(ALERTS)],
         "scrape_configs": [{"job_name": "dagwright",
-                            "static_configs": [{"targets": [f"127.0.0.1:{metrics.port}"]}]}],
+                            "static_configs": [{"targets": [target]}]}],
     }))
     log = tmp_path / "prometheus.log"
     with log.open("wb") as out:
@@ -187,7 +214,6 @@ def prometheus(binaries: tuple[str, str], tmp_path: Path,
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        metrics.close()
 
 
 # --------------------------------------------------------------------------- the test
@@ -196,19 +222,37 @@ def prometheus(binaries: tuple[str, str], tmp_path: Path,
 @pytest.mark.prometheus
 def test_every_panel_query_and_alert_expression_returns_data_from_a_real_prometheus(
     prometheus: Prometheus, demo_tools: DemoTools, demo_catalog: Catalog,
-    registry: CollectorRegistry,
+    registry: CollectorRegistry, metrics_endpoint: str, binaries: tuple[str, str],
 ) -> None:
     started = time.monotonic()
     # two rounds with a scrape between them, so every counter increases between samples
     for round_number in (1, 2):
         run_every_layer(demo_tools, demo_catalog, registry)
         run_auth_failure(demo_tools, demo_catalog, registry)
-        runs = 2 * round_number
+        run_budget_stop(demo_tools, demo_catalog, registry)
+        runs = 3 * round_number
         prometheus.wait_for(f"round {round_number} scraped",
                             lambda runs=runs: prometheus.scalar("sum(orchestration_runs_total)") == runs)
     # each round was seen by its own scrape: at least two scrapes with data
     assert (prometheus.scalar('count_over_time(up{job="dagwright"}[5m])') or 0) >= 2
     scraped_s = time.monotonic() - started
+
+    # what promtool says of our exposition, with every metric family present
+    exposition = httpx.get(metrics_endpoint, timeout=5).text
+    lint = subprocess.run([binaries[1], "check", "metrics"], input=exposition,
+                          capture_output=True, text=True, timeout=60)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+    # the dashboard's variables, resolved as Grafana resolves label_values(metric, label)
+    variables = dashboard_variables()
+    assert variables["job"]["query"]["query"] == "label_values(orchestration_runs_total, job)"
+    jobs = httpx.get(f"{prometheus.url}/api/v1/label/job/values",
+                     params={"match[]": "orchestration_runs_total"}, timeout=5).json()["data"]
+    instances = httpx.get(f"{prometheus.url}/api/v1/label/instance/values",
+                          params={"match[]": 'orchestration_runs_total{job=~"dagwright"}'},
+                          timeout=5).json()["data"]
+    assert jobs == ["dagwright"]
+    assert instances == [metrics_endpoint.removeprefix("http://").removesuffix("/metrics")]
 
     problems: list[str] = []
 
@@ -226,7 +270,12 @@ def test_every_panel_query_and_alert_expression_returns_data_from_a_real_prometh
     queries = dashboard_queries()
     assert len(queries) >= 25
     for title, expr in queries:
-        check(f"panel {title!r}", expr)
+        check(f"panel {title!r}", with_variables(expr, jobs[0], instances[0]))
+        other = prometheus.query(with_variables(expr, "another-service", ".*"))
+        if other.get("status") == "success" and any(
+                math.isfinite(float(r["value"][1])) and float(r["value"][1]) != 0
+                for r in other["data"]["result"]):
+            problems.append(f"panel {title!r} shows data for another job: {expr}")
     rules = alert_rules()
     for rule in rules:
         boolean = with_bool(rule["expr"])
@@ -353,6 +402,12 @@ def test_dashboard_is_importable_and_covers_every_metric() -> None:
     variables = {v["name"]: v for v in data["templating"]["list"]}
     assert variables["DS_PROMETHEUS"]["type"] == "datasource"
     assert variables["DS_PROMETHEUS"]["query"] == "prometheus"
+    for name in ("job", "instance"):  # several services in one Prometheus are kept apart
+        variable = variables[name]
+        assert variable["type"] == "query" and variable["multi"] and variable["includeAll"]
+        assert variable["allValue"] == ".*"
+        assert variable["datasource"] == {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}
+    assert "{job=~\"$job\"}" in variables["instance"]["query"]["query"]
     panels = [p for p in data["panels"] if p["type"] != "row"]
     assert len({p["id"] for p in data["panels"]}) == len(data["panels"])
     for panel in panels:
@@ -362,12 +417,16 @@ def test_dashboard_is_importable_and_covers_every_metric() -> None:
     assert {"Runs/s by status", "Run latency p50 / p95 / p99", "Step error rate by category",
             "Coercions/s by capability", "Validation feedback success rate",
             "Semantic retry success rate", "Semantic retry LLM latency p95",
+            "Runs stopped by a budget/s", "LLM cost/s by purpose",
             "Independent-step semantic retries/s", "Transient overrides/s",
             "Resilience retries/s by category", "LLM tokens/s by purpose",
             "Planner retries/s by reason"} <= titles
     exprs = "\n".join(expr for _, expr in dashboard_queries())
     for metric in _metric_families():
         assert metric in exprs, f"no panel shows {metric}"
+    # every series a panel reads is narrowed to the chosen job and instance(s)
+    selectors = re.findall(r"orchestration_[a-z_]+(\{[^}]*\})?", exprs)
+    assert selectors and all(s.startswith('{job=~"$job", instance=~"$instance"') for s in selectors)
 
 
 def _metric_families() -> list[str]:

@@ -1,0 +1,110 @@
+"""docs/troubleshooting.md is built from the messages users actually get: each case below
+makes dagwright produce a message, and the page must quote the same wording."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from orchestration import (
+    Catalog,
+    CatalogError,
+    ConfigError,
+    LLMRequest,
+    LLMResponse,
+    Orchestrator,
+    OrchestratorConfig,
+    ScriptedLLM,
+    TokenUsage,
+)
+from orchestration.cli import EXIT_CODES
+from tests import ROOT
+
+PAGE = (ROOT / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
+
+
+def config_error(**env: str) -> Callable[[pytest.MonkeyPatch, Path], str]:
+    def make(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        with pytest.raises(ConfigError) as caught:
+            OrchestratorConfig()
+        return str(caught.value)
+    return make
+
+
+def unknown_variable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+    from orchestration.config import _WARNED
+
+    monkeypatch.setenv("ORCH_MAX_CONCURENCY", "3")
+    _WARNED.discard("ORCH_MAX_CONCURENCY")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        OrchestratorConfig()
+    return str(caught[0].message)
+
+
+def catalog_error(text: str, name: str = "tools.yaml") -> Callable[[pytest.MonkeyPatch, Path], str]:
+    def make(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+        path = tmp_path / name
+        path.write_text(text)
+        with pytest.raises(CatalogError) as caught:
+            Catalog.from_file(path)
+        return str(caught.value).replace(str(tmp_path) + "/", "")
+    return make
+
+
+def token_budget(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+    catalog = Catalog()
+    catalog.add_function(lambda: 1, tool="t", capability="c")
+    plan = '{"steps": [{"id": "a", "tool": "t", "capability": "c"}]}'
+
+    def respond(request: LLMRequest) -> LLMResponse:
+        return LLMResponse(content=plan, usage=TokenUsage(600, 100))
+
+    result = Orchestrator(catalog, ScriptedLLM(respond), OrchestratorConfig(
+        max_tokens_per_run=500), registry=CollectorRegistry()).run("q")
+    return result.error or ""
+
+
+CASES: dict[str, tuple[Callable[[pytest.MonkeyPatch, Path], str], str]] = {
+    "bad integer": (config_error(ORCH_MAX_CONCURRENCY="abc"),
+                    "ORCH_MAX_CONCURRENCY='abc' is not valid: Input should be a valid integer"),
+    "literal": (config_error(ORCH_LLM_PROVIDER="openia"),
+                "ORCH_LLM_PROVIDER='openia' is not valid; allowed: one of openai, anthropic, "
+                "scripted — did you mean 'openai'?"),
+    "tool mode": (config_error(ORCH_LLM_STRUCTURED_OUTPUT="tool"),
+                  "ORCH_LLM_STRUCTURED_OUTPUT='tool' is not valid; allowed: one of auto, "
+                  "json_schema, json_object, none"),
+    "cost needs prices": (config_error(ORCH_MAX_COST_PER_RUN="1"),
+                          "ORCH_MAX_COST_PER_RUN needs a price table: set ORCH_LLM_PRICES"),
+    "unknown variable": (unknown_variable, "ORCH_MAX_CONCURENCY is not a dagwright setting and "
+                                           "is ignored; did you mean ORCH_MAX_CONCURRENCY?"),
+    "python url": (catalog_error("tools:\n  - name: fx\n    capabilities:\n      - name: convert\n"
+                                 "        url: python:convert\n"),
+                   "url must be an http:// or https:// URL, got 'python:convert' (a Python tool "
+                   "is written as function: module:qualname)"),
+    "yaml position": (catalog_error("tools:\n  - name: x\n    capabilities: [\n"),
+                      "tools.yaml:4:1: catalog is not valid yaml: "),
+    "token budget": (token_budget, "run stopped: the run's LLM token budget is spent: 700 of 500 "
+                                   "tokens (ORCH_MAX_TOKENS_PER_RUN)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_page_quotes_the_message_dagwright_gives(
+    case: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    make, wording = CASES[case]
+    message = make(monkeypatch, tmp_path)
+    assert wording in message, f"dagwright no longer says {wording!r}: {message!r}"
+    assert wording in PAGE, f"docs/troubleshooting.md does not quote {wording!r}"
+
+
+def test_the_page_lists_every_exit_code() -> None:
+    for code in EXIT_CODES:
+        assert f"| {code} | " in PAGE, code
