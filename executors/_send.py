@@ -5,29 +5,26 @@ idempotency key when the capability declares a header for one — and how long i
 take: the capability's timeout (or ``tool_timeout_s``), cut to what remains of the step's
 deadline. The transport classifies whatever comes back into data or a
 :class:`~orchestration.protocol.StepError`; nothing raises past this stage but
-cancellation.
+cancellation, and a :class:`~orchestration._transport.CallTrace` says how far a
+cancelled call got.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 from typing import Any
 
+from executors._resend import idempotency_key
 from executors.recovery import StepState
-from orchestration._transport import CallResult
+from orchestration._transport import CallResult, CallTrace
 from orchestration.result import Layer
 
-
-def idempotency_key(run_id: str, step_id: str, params: dict[str, Any]) -> str:
-    """Stable per run, step and parameters, so every re-send of the same call matches."""
-    canonical = json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(f"{run_id}\x00{step_id}\x00{canonical}".encode()).hexdigest()[:32]
+__all__ = ["idempotency_key", "send"]
 
 
 async def send(
-    state: StepState, params: dict[str, Any], *, layer: Layer, number: int, deadline: float
+    state: StepState, params: dict[str, Any], *, layer: Layer, number: int, deadline: float,
+    trace: CallTrace | None = None,
 ) -> CallResult:
     """One call of the step's capability with ``params``, observed as a ``tool_call``."""
     cap, services = state.capability, state.services
@@ -38,7 +35,8 @@ async def send(
     with state.observation.call(number, layer, headers) as call:
         if cap.function is None and cap.idempotency_key_header:
             headers[cap.idempotency_key_header] = idempotency_key(
-                state.run.run_id, state.step.id, params)
-        result = await services.transport.call(cap, params, timeout_s=timeout, headers=headers)
+                state.run.run_id, cap.key, params)
+        result = await services.transport.call(cap, params, timeout_s=timeout, headers=headers,
+                                               trace=trace)
         call.answered(result)
     return result

@@ -14,10 +14,16 @@
                                       a GiveUp, or nothing
 
 A :class:`~executors.recovery.Decision` is passed whole from one attempt to the next, and
-every attempt — sent, rejected by validation, or stopped by binding — is recorded by
-:meth:`StepRunner._record`, so a failed step always carries its whole history. The step's
-deadline (its own timeout or the run's, whichever comes first) bounds everything, LLM
-calls and backoff waits included.
+every attempt — sent, rejected by validation, stopped by binding or by the re-send guard,
+cut by the deadline or by the run's cancellation — is recorded by
+:meth:`StepRunner._record`, so a failed step always carries its whole history. A cut
+attempt is ``cancelled`` when its request may have reached the tool, ``not_sent`` when it
+cannot have. The step's deadline (its own timeout or the run's, whichever comes first)
+bounds everything, LLM calls and backoff waits included.
+
+Before anything is sent, the re-send guard (:mod:`executors._resend`) compares the
+prepared call with the step's earlier attempts: whichever layer produced the parameters,
+a non-idempotent call that may already have been processed is not sent again.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import Any
 
 from executors._binding import bind
 from executors._prepare import CapabilityCache, PreparedCall
+from executors._resend import resend_blocked
 from executors._send import send
 from executors.recovery import (
     Decision,
@@ -38,6 +45,7 @@ from executors.recovery import (
     ask_handlers,
     observe_attempt,
 )
+from orchestration._transport import CallTrace
 from orchestration.plan import Step, ValidatedPlan
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError
 from orchestration.result import Attempt, AttemptOutcome, StepResult
@@ -78,16 +86,32 @@ class StepRunner:
                     output, error = await self._attempts(state, deadline)
             except TimeoutError:
                 output, error = None, self._deadline_error(state, deadline)
-            result = StepResult(
-                id=step.id, tool=step.tool, capability=step.capability,
-                status="succeeded" if error is None else "failed", output=output,
-                error=None if error is None else error.model_copy(update={
-                    "step_id": step.id, "tool": step.tool, "capability": step.capability}),
-                attempts=state.attempts, started_at_s=wall_started,
-                duration_s=loop.time() - started,
-            )
+            except asyncio.CancelledError:
+                # the run was cancelled: this task returns no result, so the step is
+                # recorded here — failed, with the attempt that was in flight — and the
+                # cancellation goes on
+                result = self._result(step, state, None, self._cancelled_error(state),
+                                      wall_started, loop.time() - started)
+                self.run.record_step(result)
+                observation.finished(result)
+                raise
+            result = self._result(step, state, output, error, wall_started,
+                                  loop.time() - started)
             observation.finished(result)
         return result
+
+    @staticmethod
+    def _result(
+        step: Step, state: StepState, output: Any, error: StepError | None,
+        wall_started: float, duration_s: float,
+    ) -> StepResult:
+        return StepResult(
+            id=step.id, tool=step.tool, capability=step.capability,
+            status="succeeded" if error is None else "failed", output=output,
+            error=None if error is None else error.model_copy(update={
+                "step_id": step.id, "tool": step.tool, "capability": step.capability}),
+            attempts=state.attempts, started_at_s=wall_started, duration_s=duration_s,
+        )
 
     def _state(self, step: Step) -> StepState:
         """What the layers see of this step: its capability, settings and retry policy.
@@ -129,17 +153,52 @@ class StepRunner:
             verdict = await ask_handlers(self.handlers, state, attempt.error)
             if not isinstance(verdict, Decision):
                 return None, _final_error(attempt.error, verdict)
+            previous = attempt.error
             attempt, output = await self._attempt(state, verdict, deadline)
+            if attempt.outcome == "not_sent":  # the re-send guard stopped it
+                assert attempt.error is not None
+                return None, _final_error(previous, GiveUp(attempt.error.message))
 
     async def _attempt(
         self, state: StepState, decision: Decision, deadline: float
     ) -> tuple[Attempt, Any]:
-        """One attempt with the decision's parameters: prepare, and send if they are valid."""
-        if decision.delay_s > 0:
-            await self.services.clock.sleep(decision.delay_s)
+        """One attempt with the decision's parameters: prepare, and send if they are valid
+        and the re-send guard lets them go. An attempt cut by the deadline or by the
+        run's cancellation is recorded before the cancellation goes on."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        trace = CallTrace()
+        prepared: PreparedCall | None = None
+        try:
+            if decision.delay_s > 0:
+                await self.services.clock.sleep(decision.delay_s)
+            prepared = self._prepare(state, decision)
+            if prepared.error is not None:
+                assert state.observation is not None
+                state.observation.rejected(prepared.error)
+                return self._record(state, decision, "invalid", prepared.error, prepared), None
+            blocked = self._blocked(state, prepared)
+            if blocked is not None:
+                return self._record(state, decision, "not_sent", blocked, prepared), None
+            result = await send(state, prepared.params, layer=decision.layer,
+                                number=len(state.attempts) + 1, deadline=deadline, trace=trace)
+        except asyncio.CancelledError:
+            sent = trace.dispatched
+            self._record(state, decision, "cancelled" if sent else "not_sent",
+                         self._interrupted_error(deadline, sent=sent), prepared,
+                         latency_s=loop.time() - started)
+            raise
+        outcome: AttemptOutcome = "succeeded" if result.error is None else "failed"
+        attempt = self._record(state, decision, outcome, result.error, prepared,
+                               latency_s=result.latency_s)
+        return attempt, result.data
+
+    def _prepare(self, state: StepState, decision: Decision) -> PreparedCall:
+        """The prepare stage (layer 2, validation), with what it changed reported."""
         number = len(state.attempts) + 1
         prepared = self.capabilities.get(state.capability).prepare(
-            decision.params, coerce=state.settings.type_coercion_enabled)
+            decision.params, coerce=state.settings.type_coercion_enabled,
+            max_depth=self.services.config.max_json_depth)
         observation = state.observation
         assert observation is not None
         if prepared.coercions:
@@ -147,15 +206,20 @@ class StepRunner:
                 "dagwright.attempt": number, "coercion.count": len(prepared.coercions),
                 "coercion.paths": ",".join(c.path for c in prepared.coercions)})
         state.params = prepared.params
-        if prepared.error is not None:
-            observation.rejected(prepared.error)
-            return self._record(state, decision, "invalid", prepared.error, prepared), None
-        result = await send(state, prepared.params, layer=decision.layer, number=number,
-                            deadline=deadline)
-        outcome: AttemptOutcome = "succeeded" if result.error is None else "failed"
-        attempt = self._record(state, decision, outcome, result.error, prepared,
-                               latency_s=result.latency_s)
-        return attempt, result.data
+        return prepared
+
+    @staticmethod
+    def _blocked(state: StepState, prepared: PreparedCall) -> StepError | None:
+        """The re-send guard's refusal of this call, as the not-sent attempt's error."""
+        reason = resend_blocked(state.capability, prepared.params, state.attempts)
+        if reason is None:
+            return None
+        earlier = state.last_attempt.error if state.last_attempt else None
+        return StepError(
+            category=earlier.category if earlier is not None else ErrorCategory.SERVICE_ERROR,
+            code="RESEND_BLOCKED", message=reason, source=ErrorSource.ENGINE,
+            retryable=False, request_sent=False,
+        )
 
     @staticmethod
     def _record(
@@ -180,16 +244,49 @@ class StepRunner:
         state.attempts.append(attempt)
         return attempt
 
-    def _deadline_error(self, state: StepState, deadline: float) -> StepError:
+    def _which_deadline(self, deadline: float) -> tuple[str, float]:
         config = self.services.config
         which = "run" if deadline == self.services.deadline else "step"
-        limit = config.run_timeout_s if which == "run" else config.step_timeout_s
+        return which, config.run_timeout_s if which == "run" else config.step_timeout_s
+
+    def _deadline_error(self, state: StepState, deadline: float) -> StepError:
+        """The step's final error when its deadline passed; ``request_sent`` says whether
+        the attempt the deadline cut may have reached the tool."""
+        which, limit = self._which_deadline(deadline)
+        last = state.last_attempt
+        cut_sent = last is not None and last.outcome == "cancelled"
         return StepError(
             category=ErrorCategory.TIMEOUT, code=f"{which.upper()}_DEADLINE_EXCEEDED",
             message=f"the {which} deadline ({limit:g}s) passed after {len(state.attempts)} "
                     "attempt(s)",
-            source=ErrorSource.ENGINE, retryable=False,
+            source=ErrorSource.ENGINE, retryable=False, request_sent=cut_sent,
         )
+
+    def _interrupted_error(self, deadline: float, *, sent: bool) -> StepError:
+        """The error of an attempt cut short: by the deadline, or by the run's cancellation."""
+        when = ("while its request was in flight (the tool may have acted on it)" if sent
+                else "before its request was sent")
+        # the timeout fires within the loop's clock resolution of the deadline
+        if asyncio.get_running_loop().time() >= deadline - 0.001:
+            which, limit = self._which_deadline(deadline)
+            return StepError(
+                category=ErrorCategory.TIMEOUT, code=f"{which.upper()}_DEADLINE_EXCEEDED",
+                message=f"the {which} deadline ({limit:g}s) passed {when}",
+                source=ErrorSource.ENGINE, retryable=False, request_sent=sent)
+        return StepError(
+            category=ErrorCategory.CANCELLED, code="RUN_CANCELLED",
+            message=f"the run was cancelled {when}", source=ErrorSource.ENGINE,
+            retryable=False, request_sent=sent)
+
+    @staticmethod
+    def _cancelled_error(state: StepState) -> StepError:
+        """The final error of a step whose run was cancelled while it ran."""
+        last = state.last_attempt
+        sent = last is not None and last.outcome == "cancelled"
+        return StepError(
+            category=ErrorCategory.CANCELLED, code="RUN_CANCELLED",
+            message=f"the run was cancelled after {len(state.attempts)} attempt(s)",
+            source=ErrorSource.ENGINE, retryable=False, request_sent=sent)
 
 
 def _final_error(error: StepError, verdict: GiveUp | None) -> StepError:

@@ -13,17 +13,26 @@ from typing import Any
 
 from opentelemetry.trace import TracerProvider
 from prometheus_client import CollectorRegistry
+from pydantic import ValidationError
 
 from executors._executor import Executor
+from executors._resend import CallInspector
 from executors.layers import default_handlers
 from executors.recovery import RecoveryHandler
 from orchestration._synthesis import synthesize
+from orchestration._text import describe_validation_error
 from orchestration._transport import ToolTransport
 from orchestration.catalog import Catalog
 from orchestration.clock import Clock
 from orchestration.config import OrchestratorConfig
 from orchestration.debug_store import LLMDebugStore
-from orchestration.errors import ConfigError, LLMError, PlanningError, PlanValidationError
+from orchestration.errors import (
+    ConfigError,
+    LLMError,
+    PlanIssue,
+    PlanningError,
+    PlanValidationError,
+)
 from orchestration.layer_settings import LayerSettings
 from orchestration.llm._factory import client_from_config
 from orchestration.llm._gateway import DebugRecorder, LLMGateway
@@ -150,8 +159,9 @@ class Orchestrator:
         except PlanningError as exc:
             run.fail(f"planning failed: {exc}")
             return
-        except PlanValidationError as exc:
-            run.fail(str(exc))
+        except PlanValidationError as exc:  # only a plan given with plan= gets here
+            run.fail("the plan given with plan= is invalid: "
+                     + "; ".join(str(issue) for issue in exc.issues))
             return
         run.plan = validated.to_dict()
         steps = await self.executor.execute(validated, run, services)
@@ -220,8 +230,15 @@ class Orchestrator:
     ) -> ValidatedPlan:
         if plan is None:
             return await self.planner.plan(run, services)
-        model = plan if isinstance(plan, Plan) else Plan.model_validate(plan)
-        return validate_plan(model, self.catalog, max_steps=self.config.max_plan_steps)
+        try:
+            model = plan if isinstance(plan, Plan) else Plan.model_validate(plan)
+        except ValidationError as exc:
+            raise PlanValidationError([PlanIssue(
+                None, "it does not have the shape of a plan ({\"steps\": [{id, tool, "
+                      "capability, params, depends_on}]}): "
+                      + describe_validation_error(exc, root="plan"))]) from None
+        return validate_plan(model, self.catalog, max_steps=self.config.max_plan_steps,
+                             max_depth=self.config.max_json_depth)
 
     async def plan(self, query: str) -> ValidatedPlan:
         """Plan without executing (what ``dagwright plan`` shows)."""
@@ -240,6 +257,7 @@ class Orchestrator:
             ),
             transport=self._transport(), observer=self.observer, clock=self.clock,
             deadline=asyncio.get_running_loop().time() + config.run_timeout_s,
+            calls=CallInspector(self.executor.capabilities, self.layers),
         )
 
     def _debug_recorder(self) -> DebugRecorder | None:
@@ -255,7 +273,10 @@ class Orchestrator:
         loop_id = id(asyncio.get_running_loop())
         transport = self._transports.get(loop_id)
         if transport is None:
-            transport = ToolTransport(max_connections=max(10, self.config.max_concurrency * 2))
+            config = self.config
+            transport = ToolTransport(max_connections=max(10, config.max_concurrency * 2),
+                                      max_response_bytes=config.max_response_bytes,
+                                      max_json_depth=config.max_json_depth)
             self._transports[loop_id] = transport
         return transport
 
