@@ -24,6 +24,7 @@ from orchestration import _schema
 from orchestration._text import describe_validation_error
 from orchestration.errors import CatalogError, ConfigError
 from orchestration.layer_settings import check_layer_overrides
+from orchestration.redaction import DEFAULT_REDACTOR
 from orchestration.retry_policy import check_overrides
 
 __all__ = ["IDEMPOTENT_METHODS", "Capability", "Catalog", "check_schema"]
@@ -100,6 +101,16 @@ class Capability(BaseModel):
     def is_idempotent(self) -> bool:
         return bool(self.idempotent)
 
+    def __repr_args__(self) -> Any:
+        """What ``repr``/``str`` show: header values of credentials and secrets in the URL
+        masked (a capability in a log line or a traceback must not print its key)."""
+        for name, value in super().__repr_args__():
+            if name == "headers" and isinstance(value, dict):
+                value = DEFAULT_REDACTOR.redact_value(value)
+            elif name == "url" and isinstance(value, str):
+                value = DEFAULT_REDACTOR.redact(value)
+            yield name, value
+
 
 def check_schema(schema: Any, where: str) -> None:
     """Reject a schema that is not itself a valid JSON Schema, naming ``where`` and the
@@ -123,6 +134,13 @@ class Catalog:
     def __init__(self) -> None:
         self._caps: dict[tuple[str, str], Capability] = {}
         self._tool_descriptions: dict[str, str] = {}
+        self._revision = 0
+
+    @property
+    def revision(self) -> int:
+        """Bumped whenever a capability is added or replaced, so what is derived from the
+        catalog (the redactor's known secrets) can tell it is out of date."""
+        return self._revision
 
     # --- building -----------------------------------------------------------------
     def add(
@@ -145,6 +163,7 @@ class Catalog:
             check_schema(capability.output_schema, f"{name} output")
         self._caps[key] = capability
         self._tool_descriptions.setdefault(capability.tool, "")
+        self._revision += 1
         return capability
 
     def describe_tool(self, tool: str, description: str) -> None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import sys
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from prometheus_client import CollectorRegistry
 
@@ -16,11 +17,34 @@ from orchestration.errors import DagwrightError
 from orchestration.llm.scripted import ScriptedLLM
 from orchestration.orchestrator import Orchestrator
 from orchestration.plan import ValidatedPlan
+from orchestration.redaction import DEFAULT_REDACTOR, Redactor
 from orchestration.result import RunResult
 
-__all__ = ["build_parser", "main", "render_plan", "render_result"]
+__all__ = ["RedactingOutput", "build_parser", "main", "render_plan", "render_result"]
 
 SYMBOLS = {"succeeded": "✔", "failed": "✘", "skipped": "⊘"}
+
+
+class RedactingOutput(io.TextIOBase):
+    """The CLI's output is a sink like a log: everything written passes the redactor
+    (catalog URLs with credentials, tool errors that echo a key, a RunResult as JSON).
+    Commands that know more secrets (a catalog's, the LLM key) switch to their redactor."""
+
+    def __init__(self, out: TextIO, redactor: Redactor = DEFAULT_REDACTOR) -> None:
+        self._out = out
+        self.redactor = redactor
+
+    def write(self, text: str) -> int:
+        self._out.write(self.redactor.redact(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self._out.flush()
+
+
+def _use_redactor(out: TextIO, redactor: Redactor) -> None:
+    if isinstance(out, RedactingOutput):
+        out.redactor = redactor
 
 
 def render_plan(plan: ValidatedPlan, out: TextIO) -> None:
@@ -132,6 +156,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     metrics_server = serve_metrics(port) if port is not None else None
     try:
         orch = Orchestrator.from_env(config=config, tracer_provider=provider)
+        _use_redactor(out, orch.redactor)
         result = orch.run(args.query)
     finally:
         if provider is not None:
@@ -171,6 +196,7 @@ def cmd_debug(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     orch = _orchestrator_from_env()
+    _use_redactor(out, orch.redactor)
     plan = asyncio.run(orch.plan(args.query))
     if args.json:
         out.write(json.dumps(plan.to_dict(), indent=2) + "\n")
@@ -184,6 +210,7 @@ def cmd_tools(args: argparse.Namespace, out: TextIO) -> int:
     if path is None:
         raise DagwrightError("no catalog: set ORCH_CATALOG or pass --catalog FILE")
     catalog = Catalog.from_file(path)
+    _use_redactor(out, Redactor(catalog=catalog))
     for cap in catalog:
         target = cap.url or "python"
         out.write(f"{cap.key:32} {cap.method:6} {target}\n    {cap.description}\n")
@@ -239,12 +266,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
-    out = out or sys.stdout
+    out = cast(TextIO, RedactingOutput(out or sys.stdout))
     args = build_parser().parse_args(argv)
     try:
         code: Any = args.fn(args, out)
     except DagwrightError as exc:
-        print(f"dagwright: error: {exc}", file=sys.stderr)
+        print(f"dagwright: error: {DEFAULT_REDACTOR.redact(str(exc))}", file=sys.stderr)
         return 2
     return int(code)
 

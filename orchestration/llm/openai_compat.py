@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import httpx
 
+from orchestration._json import decode
 from orchestration.llm._http import (
     HTTPLLMClient,
     error_for_status,
@@ -240,7 +241,7 @@ def _rejects_response_format(response: httpx.Response) -> bool:
     if response.status_code not in (400, 422):
         return False
     try:
-        body = response.json()
+        body = decode(response.content)
     except ValueError:
         body = None
     if isinstance(body, dict):

@@ -11,6 +11,10 @@ reading a layer's decision logic.
 
 Layers report their decisions as named facts (``state.report("transient_override",
 {...})``); :data:`LAYER_EVENT_METRICS` says which metric each one also counts.
+
+Text the observer shortens is redacted *before* it is cut (:meth:`Observer.shown`): cut
+first, a secret could lose the part a pattern or a known value needs to be recognised,
+and its prefix would reach the span or the log.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from orchestration._text import clip
 from orchestration.errors import LLMError
 from orchestration.logging_setup import get_logger, log_context
 from orchestration.telemetry import _tracing as attr
@@ -90,6 +95,10 @@ class Observer:
         self.telemetry = telemetry
         self.metrics = telemetry.metrics
         self.redactor = redactor
+
+    def shown(self, text: str | None, limit: int) -> str | None:
+        """``text`` as a sink may show it: redacted, then clipped to ``limit``."""
+        return clip(self.redactor.redact(text), limit) if text else text
 
     # --- runs -----------------------------------------------------------------------------
     @contextmanager
@@ -188,7 +197,7 @@ class RunObservation:
         if state.status != "succeeded":
             span.set_status(Status(StatusCode.ERROR, state.error or state.status))
         duration = time.perf_counter() - self._started
-        _log_run_end(state, duration)
+        _log_run_end(state, duration, self._observer)
         metrics = self._observer.metrics
         metrics.runs.labels(state.status).inc()
         metrics.run_duration.labels(state.status).observe(duration)
@@ -219,7 +228,7 @@ class PlanningObservation:
         """One planner call and what became of its answer."""
         attr.add_event(self.span, "plan_attempt", {
             attr.ATTEMPT: number, attr.PURPOSE: self.purpose, "outcome": outcome,
-            "reason": kind, "error": error[:_EVENT_TEXT_LIMIT] if error else None,
+            "reason": kind, "error": self._observer.shown(error, _EVENT_TEXT_LIMIT),
             "finish_reason": finish_reason, "will_retry": will_retry,
         })
         if will_retry:
@@ -270,7 +279,7 @@ class StepObservation:
         ) as span:
             if cap.function is None:
                 propagate.inject(headers)
-            observation = CallObservation(span)
+            observation = CallObservation(span, self._observer)
             yield observation
             self._called(observation.result)
 
@@ -303,15 +312,16 @@ class StepObservation:
 class CallObservation:
     """A tool call's span; :meth:`answered` records what came back."""
 
-    def __init__(self, span: Span) -> None:
+    def __init__(self, span: Span, observer: Observer) -> None:
         self.span = span
+        self._observer = observer
         self.result: CallResult | None = None
 
     def answered(self, result: CallResult) -> None:
         self.result = result
         error = result.error
         if error is not None:
-            self.span.set_status(Status(StatusCode.ERROR, error.message[:200]))
+            self.span.set_status(Status(StatusCode.ERROR, self._observer.shown(error.message, 200)))
             self.span.set_attribute(attr.ERROR_TYPE, error.category.value)
             if error.http_status is not None:
                 self.span.set_attribute("http.response.status_code", error.http_status)
@@ -360,14 +370,14 @@ class LLMCallObservation:
         return elapsed
 
 
-def _log_run_end(state: RunState, duration_s: float) -> None:
+def _log_run_end(state: RunState, duration_s: float, observer: Observer) -> None:
     """One line per failed step (its id on the record), then the run's outcome."""
     for step in state.steps.values():
         if step.status == "failed" and step.error is not None:
             error = step.error
             log.warning(
                 "step %s failed: %s/%s after %d attempt(s): %s", step.id, error.category.value,
-                error.code, len(step.attempts), error.message[:300],
+                error.code, len(step.attempts), observer.shown(error.message, 300),
                 extra={"step_id": step.id, "capability": f"{step.tool}.{step.capability}",
                        "category": error.category.value, "code": error.code,
                        "attempts": len(step.attempts), "gave_up": error.details.get("gave_up")},
@@ -383,5 +393,5 @@ def _log_run_end(state: RunState, duration_s: float) -> None:
         extra={"status": state.status, "duration_ms": round(duration_s * 1000, 1),
                "steps": counts, "llm_calls": usage.llm_calls,
                "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
-               "error": (state.error or "")[:300] or None},
+               "error": observer.shown(state.error, 300) or None},
     )
