@@ -19,7 +19,13 @@ from typing import Any
 
 from executors.coercion import Coercer
 from orchestration import _schema
-from orchestration._json import DEFAULT_MAX_DEPTH, cut_to_depth, nesting_exceeds, unencodable
+from orchestration._json import (
+    DEFAULT_MAX_DEPTH,
+    depth_problem,
+    json_safe,
+    nesting_exceeds,
+    unencodable,
+)
 from orchestration.catalog import Capability
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError
 from orchestration.redaction import MASK, SENSITIVE_NAME
@@ -72,11 +78,16 @@ class PreparedCapability:
     def prepare(
         self, params: dict[str, Any], *, coerce: bool, max_depth: int = DEFAULT_MAX_DEPTH
     ) -> PreparedCall:
-        """Coerce ``params`` (when layer 2 is on for this capability), then validate them
-        against the schema and as JSON a tool can receive."""
-        if nesting_exceeds(params, max_depth):  # before the coercer and validator recurse
-            issue = self._json_issue(params, max_depth)
-            return self._invalid(cut_to_depth(params, max_depth), [], (issue,))
+        """Check that ``params`` are JSON a tool can receive, coerce them (when layer 2 is
+        on for this capability), then validate them against the schema.
+
+        The JSON check comes first: the coercer and the validator then never meet a
+        value nested deep enough to exhaust the stack, and no schema message quotes a
+        value no sink can encode. Refused parameters are recorded JSON-safe.
+        """
+        problem = unencodable(params, max_depth)
+        if problem is not None:
+            return self._not_json(params, [], problem, max_depth)
         coercions: list[CoercionRecord] = []
         known_valid = False
         if coerce:
@@ -86,17 +97,20 @@ class PreparedCapability:
                 params = coerced.value
                 coercions = [CoercionRecord(path=c.path, old=c.old, new=c.new, rule=c.rule)
                              for c in coerced.changes]
+                if nesting_exceeds(params, max_depth):  # a JSON string decoded into depth
+                    problem = unencodable(params, max_depth) or ("$", depth_problem(max_depth))
+                    return self._not_json(params, coercions, problem, max_depth)
         issues = () if known_valid else tuple(self.validate(params))
-        if not issues and unencodable(params, max_depth) is not None:
-            issues = (self._json_issue(params, max_depth),)
         if not issues:
             return PreparedCall(params, coercions)
         return self._invalid(params, coercions, issues)
 
-    @staticmethod
-    def _json_issue(params: Any, max_depth: int) -> ValidationIssue:
-        path, problem = unencodable(params, max_depth) or ("$", "not JSON")
-        return ValidationIssue(path, problem, "json")
+    def _not_json(
+        self, params: dict[str, Any], coercions: list[CoercionRecord],
+        problem: tuple[str, str], max_depth: int,
+    ) -> PreparedCall:
+        issue = ValidationIssue(problem[0], problem[1], "json")
+        return self._invalid(json_safe(params, max_depth), coercions, (issue,))
 
     @staticmethod
     def _invalid(

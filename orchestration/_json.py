@@ -8,8 +8,9 @@ something it does not control (a model, a tool, a provider), so every decode is 
   decodes fine but cannot be serialised again (pydantic stops at ~255 levels, so
   ``RunResult.to_dict()`` would fail after the run did its work). A value deeper than
   ``max_depth`` (``ORCH_MAX_JSON_DEPTH``) is refused where it enters;
-* **non-finite numbers** — ``NaN``/``Infinity`` literals are not JSON, and a value
-  holding them cannot be sent to an HTTP tool; they are refused;
+* **numbers and text JSON cannot carry on** — ``NaN``/``Infinity`` literals and numbers
+  that overflow to infinity, strings with a lone surrogate (``"\\ud800"``): a value
+  holding them cannot be sent to an HTTP tool or written as UTF-8; they are refused;
 * **size** — the caller bounds the text (``ORCH_MAX_RESPONSE_BYTES`` for tool bodies); the
   search for JSON inside prose tries a bounded number of candidates.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 DEFAULT_MAX_DEPTH = 64
@@ -45,6 +47,24 @@ def _refuse_constant(name: str) -> Any:
     raise UnreadableJSON(f"{name} is not a JSON number")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise UnreadableJSON(f"{text[:40]} does not fit a float (not a finite JSON number)")
+    return value
+
+
+# Only a literal with a 3-digit exponent or 309+ digits can overflow to infinity; checking
+# every float with a Python hook costs more than the decode itself, so the hook is used
+# only on text where this finds a candidate.
+_MAY_OVERFLOW = re.compile(r"[0-9][eE]\+?[0-9]{3}|(?<![0-9])[0-9]{309}")
+_MAY_OVERFLOW_BYTES = re.compile(rb"[0-9][eE]\+?[0-9]{3}|(?<![0-9])[0-9]{309}")
+# Likewise a lone surrogate can only come from a \uD800-\uDFFF escape (or, in text handed
+# over as a Python str, a surrogate character): only then are the strings walked.
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")
+_SURROGATE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def nesting_exceeds(value: Any, max_depth: int) -> bool:
     """Whether ``value`` holds containers nested deeper than ``max_depth`` levels
     (``[]`` is one level). Iterative, level by level: it cannot itself recurse too deep."""
@@ -65,8 +85,11 @@ def nesting_exceeds(value: Any, max_depth: int) -> bool:
 
 def decode(text: str | bytes, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
     """The JSON value of ``text`` (the whole text), or :class:`UnreadableJSON`."""
+    overflow = (_MAY_OVERFLOW_BYTES.search(text) if isinstance(text, bytes)
+                else _MAY_OVERFLOW.search(text))
     try:
-        value = json.loads(text, parse_constant=_refuse_constant)
+        value = json.loads(text, parse_constant=_refuse_constant,
+                           parse_float=_finite_float if overflow else None)
     except RecursionError:
         raise UnreadableJSON(depth_problem(max_depth)) from None
     except UnreadableJSON:
@@ -74,7 +97,17 @@ def decode(text: str | bytes, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
     except ValueError as exc:  # JSONDecodeError, and UnicodeDecodeError for bytes
         raise UnreadableJSON(f"not valid JSON: {exc}") from None
     _check_depth(text, value, max_depth)
+    _check_text(text, value, max_depth)
     return value
+
+
+def _check_text(text: str | bytes, value: Any, max_depth: int) -> None:
+    found = (_SURROGATE_BYTES.search(text) if isinstance(text, bytes)
+             else _SURROGATE.search(text))
+    if found:
+        problem = unencodable(value, max_depth)
+        if problem is not None:
+            raise UnreadableJSON(f"{problem[0]}: {problem[1]}")
 
 
 def _check_depth(text: str | bytes, value: Any, max_depth: int) -> None:
@@ -118,21 +151,30 @@ def unencodable(value: Any, max_depth: int = DEFAULT_MAX_DEPTH) -> tuple[str, st
     return None
 
 
-def cut_to_depth(value: Any, max_depth: int) -> Any:
-    """A copy of ``value`` with every container below ``max_depth`` levels replaced by a
-    marker string: what a record keeps of a value refused for its depth, so the record
-    itself stays serialisable. (Recursion here is bounded by ``max_depth``.)"""
-    if not isinstance(value, dict | list | tuple):
+def json_safe(value: Any, max_depth: int) -> Any:
+    """A copy of ``value`` that is strict JSON whatever ``value`` holds: what a record
+    keeps of parameters refused for not being JSON, so the record (``RunResult.to_dict()``)
+    stays JSON. Containers below ``max_depth`` levels become a marker, non-finite numbers
+    their name, lone surrogates an escape, other types their ``repr``. (Recursion here is
+    bounded by ``max_depth``.)"""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
         return value
-    if max_depth <= 0:
-        return f"[cut: {depth_problem_short(value)}]"
-    if isinstance(value, dict):
-        return {k: cut_to_depth(v, max_depth - 1) for k, v in value.items()}
-    return [cut_to_depth(v, max_depth - 1) for v in value]
-
-
-def depth_problem_short(value: Any) -> str:
-    return f"a {'object' if isinstance(value, dict) else 'list'} nested too deep"
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, dict | list | tuple):
+        if max_depth <= 0:
+            return "[cut: nested deeper than the limit]"
+        if isinstance(value, dict):
+            return {json_safe(k if isinstance(k, str) else repr(k), 1): json_safe(v, max_depth - 1)
+                    for k, v in value.items()}
+        return [json_safe(v, max_depth - 1) for v in value]
+    return repr(value)
 
 
 def extract_json(text: str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
@@ -151,7 +193,7 @@ def extract_json(text: str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
     except UnreadableJSON as exc:
         if is_limit(exc):
             raise UnreadableJSON(f"the answer holds {exc}") from None
-    decoder = json.JSONDecoder(parse_constant=_refuse_constant)
+    decoder = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
     first_error: ValueError | None = None
     tried = 0
     for index, char in enumerate(text):
@@ -172,6 +214,7 @@ def extract_json(text: str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
         if isinstance(value, dict | list):
             try:
                 _check_depth(text[index:end], value, max_depth)
+                _check_text(text[index:end], value, max_depth)
             except UnreadableJSON as exc:
                 raise UnreadableJSON(f"the answer holds {exc}") from None
             return value

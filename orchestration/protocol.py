@@ -22,6 +22,7 @@ __all__ = [
     "HTTP_STATUS_FOR_CATEGORY",
     "MALFORMED_RESPONSE",
     "MAX_ERROR_BODY_CHARS",
+    "MAX_RETRY_AFTER_S",
     "ClassifiedResponse",
     "ErrorCategory",
     "ErrorSource",
@@ -181,8 +182,9 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP date).
 
     Never raises: text that is neither form is None, a date in the past or NaN is 0, and
-    an absurd value (``1e999``, year 9999) comes back as it is — the retry policy caps
-    every wait at ``retry_after_cap_s``.
+    an absurd value (``1e999``, year 9999) is held to :data:`MAX_RETRY_AFTER_S` so the
+    record stays a finite JSON number — the retry policy caps every wait at
+    ``retry_after_cap_s`` anyway.
     """
     if not value:
         return None
@@ -197,7 +199,11 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
             return None
     if seconds != seconds or seconds < 0:  # NaN or in the past
         return 0.0
-    return seconds
+    return min(seconds, MAX_RETRY_AFTER_S)
+
+
+MAX_RETRY_AFTER_S = 1e9
+"""The largest ``Retry-After`` recorded (about 31 years): "later than anyone waits"."""
 
 
 class ClassifiedResponse(BaseModel):

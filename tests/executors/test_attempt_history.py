@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from executors import Decision
 from orchestration import Catalog, ErrorCategory, Orchestrator, OrchestratorConfig, ScriptedLLM
 from tests.hostile_tools import Drip, Hang, HostileTool
 
@@ -42,20 +43,28 @@ def test_unencodable_params_in_a_given_plan_fail_it_naming_the_value(
 ANY_V = {"properties": {"v": {}}, "required": ["v"]}
 
 
-@pytest.mark.parametrize("answer_value", ["1e999", '"\\ud800 lone surrogate"'],
-                         ids=["1e999", "surrogate"])
+class HandsOut:
+    """A custom recovery handler (public API) that proposes ``values`` one after another."""
+
+    def __init__(self, *values: Any) -> None:
+        self.values = list(values)
+
+    async def decide(self, state: Any, error: Any) -> Any:
+        return Decision(params={"v": self.values.pop(0)}, layer="validation_feedback")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "\ud800 lone surrogate"],
+                         ids=["nan", "1e999", "surrogate"])
 @pytest.mark.parametrize("method", ["POST", "GET"])
-def test_unencodable_params_from_a_layer_are_refused_before_sending_and_recorded(
-    hostile_tool: HostileTool, answer_value: str, method: str,
+def test_unencodable_params_from_a_handler_are_refused_before_sending_and_recorded(
+    hostile_tool: HostileTool, method: str, value: Any,
 ) -> None:
     catalog = Catalog()
     catalog.add_http(tool="t", capability="c", url=hostile_tool.url("/c"), method=method,
                      input_schema={"type": "object", **ANY_V})
     plan = {"steps": [{"id": "a", "tool": "t", "capability": "c", "params": {}}]}
-    hostile = '{"can_fix": true, "analysis": "a", "corrected_parameters": {"v": ' + answer_value + "}}"
-    fixed = {"can_fix": True, "analysis": "JSON numbers only", "corrected_parameters": {"v": 0}}
-    llm = ScriptedLLM([hostile, fixed])
-    result = Orchestrator(catalog=catalog, llm=llm, registry=CollectorRegistry(),
+    result = Orchestrator(catalog=catalog, llm=ScriptedLLM([]), registry=CollectorRegistry(),
+                          handlers=[HandsOut(value, 0)],
                           config=OrchestratorConfig(synthesis_enabled=False)).run("q", plan=plan)
     step = result.steps["a"]
     assert step.status == "succeeded", result.error
@@ -67,15 +76,20 @@ def test_unencodable_params_from_a_layer_are_refused_before_sending_and_recorded
     assert refused.validation_errors[0]["validator"] == "json"
     assert [r.body if method == "POST" else r.query for r in hostile_tool.requests_to("/c")] == [
         {"v": 0} if method == "POST" else {"v": ["0"]}]
-    json.dumps(result.to_dict())
+    json.dumps(result.to_dict(), allow_nan=False, ensure_ascii=False).encode("utf-8")
 
 
-def test_a_nan_in_an_llm_answer_makes_the_answer_unusable() -> None:
+@pytest.mark.parametrize(("literal", "problem"), [
+    ("NaN", "NaN is not a JSON number"), ("1e999", "1e999 does not fit a float"),
+    ('"\\ud800"', "lone surrogate")])
+def test_a_value_json_cannot_carry_in_an_llm_answer_makes_the_answer_unusable(
+    literal: str, problem: str,
+) -> None:
     catalog = Catalog()
     catalog.add_function(lambda v: v, tool="t", capability="c",
                          input_schema={"type": "object", **ANY_V})
     plan = {"steps": [{"id": "a", "tool": "t", "capability": "c", "params": {}}]}
-    nan = '{"can_fix": true, "analysis": "a", "corrected_parameters": {"v": NaN}}'
+    nan = '{"can_fix": true, "analysis": "a", "corrected_parameters": {"v": ' + literal + "}}"
     result = Orchestrator(catalog=catalog, llm=ScriptedLLM([nan, nan]),
                           registry=CollectorRegistry(),
                           config=OrchestratorConfig(synthesis_enabled=False,
@@ -83,7 +97,7 @@ def test_a_nan_in_an_llm_answer_makes_the_answer_unusable() -> None:
                           ).run("q", plan=plan)
     error = result.steps["a"].error
     assert error is not None
-    assert "NaN is not a JSON number" in error.details["validation_feedback"]["reason"]
+    assert problem in error.details["validation_feedback"]["reason"]
 
 
 # --- 4. slow drip and cancelled attempts ------------------------------------------------
