@@ -26,7 +26,7 @@ import socket
 import struct
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
@@ -149,10 +149,16 @@ class Huge:
             writer.write(_head(200, self.size))
         else:
             writer.write(_head(200, None, {"Transfer-Encoding": "chunked"}))
-        pieces = [b'"'] + [b"a" * min(self.chunk, filler - i) for i in range(0, filler, self.chunk)]
-        pieces.append(b'"')
+        block = b"a" * self.chunk  # one block, written again and again: the server stays small
+
+        def pieces() -> Iterator[bytes]:
+            yield b'"'
+            for start in range(0, filler, self.chunk):
+                yield block if start + self.chunk <= filler else block[:filler - start]
+            yield b'"'
+
         try:
-            for piece in pieces:
+            for piece in pieces():
                 if self.announce:
                     writer.write(piece)
                 else:
@@ -265,8 +271,8 @@ class HostileTool:
                 await self._next(request.path)(writer, request)
                 if writer.is_closing():
                     return
-        except (ConnectionError, OSError, asyncio.IncompleteReadError):
-            return
+        except (ConnectionError, OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            return  # the client went away, or the server is closing
         finally:
             if not writer.is_closing():
                 writer.close()
