@@ -142,11 +142,16 @@ class StepRunner:
         else:
             attempt, output = await self._attempt(state, replace(decision, params=bound), deadline)
         cap = self.services.config.max_attempts_per_step
+        previous: StepError | None = None  # the failure the current attempt answers
         while True:
             observe_attempt(self.handlers, state, attempt)
             if attempt.outcome == "succeeded":
                 return output, None
             assert attempt.error is not None
+            if attempt.outcome == "not_sent" and previous is not None:
+                # the re-send guard stopped it: the step fails with the failure that
+                # made the call ambiguous, and why it was not sent again
+                return None, _final_error(previous, GiveUp(attempt.error.message))
             if len(state.attempts) >= cap:
                 return None, _final_error(attempt.error,
                                           GiveUp(f"reached max_attempts_per_step={cap}"))
@@ -155,9 +160,6 @@ class StepRunner:
                 return None, _final_error(attempt.error, verdict)
             previous = attempt.error
             attempt, output = await self._attempt(state, verdict, deadline)
-            if attempt.outcome == "not_sent":  # the re-send guard stopped it
-                assert attempt.error is not None
-                return None, _final_error(previous, GiveUp(attempt.error.message))
 
     async def _attempt(
         self, state: StepState, decision: Decision, deadline: float

@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from orchestration import _schema
+from orchestration._json import decode
 from orchestration._text import describe_validation_error
 from orchestration.errors import CatalogError, ConfigError
 from orchestration.layer_settings import check_layer_overrides
@@ -305,7 +306,7 @@ class Catalog:
                 try:
                     resp = client.get(url)
                     resp.raise_for_status()
-                    desc = resp.json()
+                    desc = decode(resp.content)  # bounded, like every tool body
                 except (httpx.HTTPError, ValueError) as exc:
                     raise CatalogError(f"cannot discover tool at {url}: {exc}") from exc
                 if isinstance(desc, dict) and isinstance(desc.get("data"), dict):

@@ -106,6 +106,9 @@ def _mask_pair(match: re.Match[str]) -> str:
         return match.group(0)
     value = match["val"]
     opening = re.match(r"\\*[\"']", value)
+    body = value[opening.end():] if opening else value
+    if body and body.strip("*") == "":
+        return match.group(0)  # already masked by whoever wrote it ("********")
     return match["key"] + match["sep"] + (opening.group(0) if opening else "") + MASK
 
 
