@@ -120,9 +120,34 @@ def _check_depth(text: str | bytes, value: Any, max_depth: int) -> None:
 
 def unencodable(value: Any, max_depth: int = DEFAULT_MAX_DEPTH) -> tuple[str, str] | None:
     """Why ``value`` cannot be sent as JSON — a non-finite number, a string that is not
-    valid Unicode (a lone surrogate), a non-string key, a type JSON lacks, or nesting
-    deeper than ``max_depth`` — as ``(JSON path, problem)`` of the first offending value;
-    None when it can be sent. Iterative, so a hostile value cannot make it recurse."""
+    valid Unicode (a lone surrogate), a type JSON lacks, or nesting deeper than
+    ``max_depth`` — as ``(JSON path, problem)`` of the first offending value; None when
+    it can be sent."""
+    try:
+        encode(value, max_depth)
+    except UnreadableJSON as exc:
+        return exc.args[1] if len(exc.args) > 1 else ("$", str(exc))
+    return None
+
+
+def encode(value: Any, max_depth: int = DEFAULT_MAX_DEPTH) -> bytes:
+    """``value`` as compact UTF-8 JSON, or :class:`UnreadableJSON` naming the first value
+    JSON cannot carry and its path (``exc.args[1]`` is ``(path, problem)``).
+
+    The encoding is the C encoder's; only when it refuses is the value walked (iteratively,
+    bounded by ``max_depth`` — a circular value included) to say where.
+    """
+    if not nesting_exceeds(value, max_depth):
+        try:
+            return json.dumps(value, allow_nan=False, ensure_ascii=False,
+                              separators=(",", ":")).encode("utf-8")
+        except (ValueError, TypeError, UnicodeEncodeError, RecursionError):
+            pass
+    problem = _first_problem(value, max_depth) or ("$", "not a JSON value")
+    raise UnreadableJSON(f"{problem[0]}: {problem[1]}", problem)
+
+
+def _first_problem(value: Any, max_depth: int) -> tuple[str, str] | None:
     stack: list[tuple[Any, str, int]] = [(value, "$", 0)]
     while stack:
         item, path, depth = stack.pop()
@@ -147,7 +172,7 @@ def unencodable(value: Any, max_depth: int = DEFAULT_MAX_DEPTH) -> tuple[str, st
             else:
                 stack.extend((child, f"{path}[{i}]", depth + 1) for i, child in enumerate(item))
         else:
-            return path, f"a {type(item).__name__} is not a JSON value"
+            return path, f"type {type(item).__name__!r} is not a JSON type"
     return None
 
 

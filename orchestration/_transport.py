@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from orchestration._json import DEFAULT_MAX_DEPTH, unencodable
+from orchestration._json import DEFAULT_MAX_DEPTH, UnreadableJSON, encode
 from orchestration.catalog import Capability
 from orchestration.errors import ToolFailed
 from orchestration.logging_setup import protect_logger
@@ -78,14 +78,9 @@ def _query_params(params: dict[str, Any]) -> dict[str, str]:
 def _encode(params: dict[str, Any], *, query: bool) -> tuple[dict[str, str] | None, bytes | None]:
     """The query parameters or the JSON body of a call, encoded here rather than inside
     the HTTP client, so a value JSON cannot carry is a classified error, not an exception
-    from deep in the client. Raises ``ValueError`` naming the problem."""
-    problem = unencodable(params, max_depth=10_000)  # depth is prepare's job; this is encoding
-    if problem is not None:
-        raise ValueError(": ".join(problem))
-    if query:
-        return _query_params(params), None
-    return None, json.dumps(params, ensure_ascii=False, separators=(",", ":"),
-                            allow_nan=False).encode("utf-8")
+    from deep in the client. Raises ``ValueError`` naming the problem and its path."""
+    body = encode(params, max_depth=10_000)  # depth is prepare's job; this is encoding
+    return (_query_params(params), None) if query else (None, body)
 
 
 class ToolTransport:
@@ -210,20 +205,20 @@ class ToolTransport:
         """A Python tool's result under the rules an HTTP reply meets: JSON (finite
         numbers, valid text, at most ``max_json_depth`` deep) and at most
         ``max_response_bytes`` as JSON text."""
-        problem = unencodable(value, self.max_json_depth)
-        if problem is None:
-            size = len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
-            if size > self.max_response_bytes:
-                return CallResult(error=_too_large(self.max_response_bytes, None))
-            return CallResult(data=value)
-        return CallResult(
-            error=StepError(
-                category=ErrorCategory.INVALID_RESPONSE,
-                code="NOT_JSON_SERIALISABLE",
-                message="Python tool returned a value that is not JSON: " + ": ".join(problem),
-                source=ErrorSource.RESPONSE,
+        try:
+            size = len(encode(value, self.max_json_depth))
+        except UnreadableJSON as exc:
+            return CallResult(
+                error=StepError(
+                    category=ErrorCategory.INVALID_RESPONSE,
+                    code="NOT_JSON_SERIALISABLE",
+                    message=f"Python tool returned a value that is not JSON: {exc.args[0]}",
+                    source=ErrorSource.RESPONSE,
+                )
             )
-        )
+        if size > self.max_response_bytes:
+            return CallResult(error=_too_large(self.max_response_bytes, None))
+        return CallResult(data=value)
 
     async def _call_http(
         self,
