@@ -28,7 +28,7 @@ from typing import Any
 
 DEFAULT_MAX_DEPTH = 64
 """Default of ``ORCH_MAX_JSON_DEPTH``: far deeper than any sane tool or plan value."""
-MAX_CANDIDATES = 64
+MAX_CANDIDATES = 256
 """How many ``{``/``[`` positions :func:`extract_json` tries before giving up."""
 
 _CONTAINERS = (dict, list)
