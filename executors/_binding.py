@@ -10,7 +10,13 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from orchestration.plan import REFERENCE_RE, Reference, parse_references, whole_reference
+from orchestration.plan import (
+    REFERENCE_RE,
+    Reference,
+    parse_references,
+    path_index,
+    whole_reference,
+)
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError
 
 
@@ -43,8 +49,9 @@ def resolve_reference(ref: Reference, outputs: Mapping[str, Any], param_path: st
             value = value[part]
             walked += f"[{part}]"
         else:
-            if isinstance(value, list) and part.isdigit() and int(part) < len(value):
-                value = value[int(part)]
+            index = path_index(part)
+            if isinstance(value, list) and index is not None and index < len(value):
+                value = value[index]
             elif isinstance(value, dict) and part in value:
                 value = value[part]
             else:

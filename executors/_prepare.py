@@ -2,7 +2,12 @@
 
 What leaves this stage is either parameters the capability's schema accepts, with every
 change layer 2 made, or the validation error that says exactly what is still wrong —
-nothing is sent in that case. Building a validator and a coercer costs far more than
+nothing is sent in that case. Parameters must also be JSON a tool can receive (finite
+numbers, valid text, at most ``ORCH_MAX_JSON_DEPTH`` deep): whoever wrote them — planner,
+layer 3 or 4, a binding — a value JSON cannot carry is a validation error here, not an
+exception in the HTTP client. A validation message never quotes the value of a field
+whose name marks a secret (``password``, ``api_key``...): messages reach prompts and
+telemetry, the caller's own parameters do not. Building a validator and a coercer costs far more than
 using them, so both are made once per capability (:class:`CapabilityCache`) and reused
 by every call of every run.
 """
@@ -14,8 +19,16 @@ from typing import Any
 
 from executors.coercion import Coercer
 from orchestration import _schema
+from orchestration._json import (
+    DEFAULT_MAX_DEPTH,
+    depth_problem,
+    json_safe,
+    nesting_exceeds,
+    unencodable,
+)
 from orchestration.capability import Capability
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError
+from orchestration.redaction import MASK, SENSITIVE_NAME
 from orchestration.result import CoercionRecord
 
 
@@ -55,13 +68,26 @@ class PreparedCapability:
     def validate(self, params: Any) -> list[ValidationIssue]:
         """Every violation of the input schema (not just the first), sorted by path."""
         issues = [
-            ValidationIssue(_schema.json_path(err.absolute_path), err.message, str(err.validator))
+            ValidationIssue(_schema.json_path(err.absolute_path),
+                            _unquoted_if_secret(err.message, err.absolute_path, err.instance),
+                            str(err.validator))
             for err in self.validator.iter_errors(params)
         ]
         return sorted(issues, key=lambda i: (i.path, i.message))
 
-    def prepare(self, params: dict[str, Any], *, coerce: bool) -> PreparedCall:
-        """Coerce ``params`` (when layer 2 is on for this capability), then validate."""
+    def prepare(
+        self, params: dict[str, Any], *, coerce: bool, max_depth: int = DEFAULT_MAX_DEPTH
+    ) -> PreparedCall:
+        """Check that ``params`` are JSON a tool can receive, coerce them (when layer 2 is
+        on for this capability), then validate them against the schema.
+
+        The JSON check comes first: the coercer and the validator then never meet a
+        value nested deep enough to exhaust the stack, and no schema message quotes a
+        value no sink can encode. Refused parameters are recorded JSON-safe.
+        """
+        problem = unencodable(params, max_depth)
+        if problem is not None:
+            return self._not_json(params, [], problem, max_depth)
         coercions: list[CoercionRecord] = []
         known_valid = False
         if coerce:
@@ -71,9 +97,26 @@ class PreparedCapability:
                 params = coerced.value
                 coercions = [CoercionRecord(path=c.path, old=c.old, new=c.new, rule=c.rule)
                              for c in coerced.changes]
+                if nesting_exceeds(params, max_depth):  # a JSON string decoded into depth
+                    problem = unencodable(params, max_depth) or ("$", depth_problem(max_depth))
+                    return self._not_json(params, coercions, problem, max_depth)
         issues = () if known_valid else tuple(self.validate(params))
         if not issues:
             return PreparedCall(params, coercions)
+        return self._invalid(params, coercions, issues)
+
+    def _not_json(
+        self, params: dict[str, Any], coercions: list[CoercionRecord],
+        problem: tuple[str, str], max_depth: int,
+    ) -> PreparedCall:
+        issue = ValidationIssue(problem[0], problem[1], "json")
+        return self._invalid(json_safe(params, max_depth), coercions, (issue,))
+
+    @staticmethod
+    def _invalid(
+        params: dict[str, Any], coercions: list[CoercionRecord],
+        issues: tuple[ValidationIssue, ...],
+    ) -> PreparedCall:
         error = StepError(
             category=ErrorCategory.VALIDATION_ERROR,
             code="INVALID_PARAMETERS",
@@ -84,6 +127,17 @@ class PreparedCapability:
             details={"errors": [i.to_dict() for i in issues]},
         )
         return PreparedCall(params, coercions, error, issues)
+
+
+def _unquoted_if_secret(message: str, path: Any, instance: Any) -> str:
+    """``message`` with the offending value masked when a field on its path has a
+    secret's name (``'hunter2...' is too long`` quotes the password itself)."""
+    if not any(isinstance(part, str) and SENSITIVE_NAME.search(part) for part in path):
+        return message
+    for form in (repr(instance), str(instance)):
+        if form and form in message:
+            message = message.replace(form, repr(MASK) if form.startswith(("'", '"')) else MASK)
+    return message
 
 
 class CapabilityCache:

@@ -9,37 +9,34 @@ idempotency key when the capability declares a header for one — and how long i
 take: the capability's timeout (or ``tool_timeout_s``), cut to what remains of the step's
 deadline. The transport classifies whatever comes back into data or a
 :class:`~orchestration.protocol.StepError`; nothing raises past this stage but
-cancellation.
+cancellation, and a :class:`~orchestration._transport.CallTrace` says how far a
+cancelled call got.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 from typing import Any
 
+from executors._resend import idempotency_key
 from executors.recovery import StepState
-from orchestration._transport import CallResult
+from orchestration._transport import CallResult, CallTrace
 from orchestration.result import Layer
 
-
-def idempotency_key(run_id: str, step_id: str, params: dict[str, Any]) -> str:
-    """Stable per run, step and parameters, so every re-send of the same call matches."""
-    canonical = json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(f"{run_id}\x00{step_id}\x00{canonical}".encode()).hexdigest()[:32]
+__all__ = ["idempotency_key", "send"]
 
 
 def key_for(state: StepState, params: dict[str, Any]) -> str | None:
     """The idempotency key this call sends, if its capability declares a header for one."""
     if state.capability.function is None and state.capability.idempotency_key_header:
-        return idempotency_key(state.run.run_id, state.step.id, params)
+        return idempotency_key(state.run.run_id, state.capability.key, params)
     return None
 
 
 async def send(
     state: StepState, params: dict[str, Any], *, layer: Layer, number: int, deadline: float,
     key: str | None = None,
+    trace: CallTrace | None = None,
 ) -> CallResult:
     """One call of the step's capability with ``params`` (and the idempotency ``key``),
     observed as a ``tool_call``."""
@@ -54,6 +51,7 @@ async def send(
     with state.observation.call(number, layer, headers) as call:
         if key is not None and cap.idempotency_key_header:
             headers[cap.idempotency_key_header] = key
-        result = await services.transport.call(cap, params, timeout_s=timeout, headers=headers)
+        result = await services.transport.call(cap, params, timeout_s=timeout, headers=headers,
+                                               trace=trace)
         call.answered(result)
     return result

@@ -14,10 +14,16 @@
                                       a GiveUp, or nothing
 
 A :class:`~executors.recovery.Decision` is passed whole from one attempt to the next, and
-every attempt — sent, rejected by validation, or stopped by binding — is recorded by
-:meth:`StepRunner._record`, so a failed step always carries its whole history. The step's
-deadline (its own timeout or the run's, whichever comes first) bounds everything, LLM
-calls and backoff waits included.
+every attempt — sent, rejected by validation, stopped by binding or by the re-send guard,
+cut by the deadline or by the run's cancellation — is recorded by
+:meth:`StepRunner._record`, so a failed step always carries its whole history. A cut
+attempt is ``cancelled`` when its request may have reached the tool, ``not_sent`` when it
+cannot have. The step's deadline (its own timeout or the run's, whichever comes first)
+bounds everything, LLM calls and backoff waits included.
+
+Before anything is sent, the re-send guard (:mod:`executors._resend`) compares the
+prepared call with the step's earlier attempts: whichever layer produced the parameters,
+a non-idempotent call that may already have been processed is not sent again.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from typing import Any
 from executors._approvals import AwaitApproval, approval_reason
 from executors._binding import bind
 from executors._prepare import CapabilityCache, PreparedCall
+from executors._resend import resend_blocked
 from executors._send import key_for, send
 from executors.recovery import (
     Decision,
@@ -39,6 +46,7 @@ from executors.recovery import (
     ask_handlers,
     observe_attempt,
 )
+from orchestration._transport import CallTrace
 from orchestration.errors import StoreError
 from orchestration.plan import Step, ValidatedPlan
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError
@@ -99,16 +107,32 @@ class StepRunner:
                 output, error = None, self._deadline_error(state, deadline)
             except AwaitApproval as paused:
                 return self._paused(state, paused, wall_started, loop.time() - started)
-            result = StepResult(
-                id=step.id, tool=step.tool, capability=step.capability,
-                status="succeeded" if error is None else "failed", output=output,
-                error=None if error is None else error.model_copy(update={
-                    "step_id": step.id, "tool": step.tool, "capability": step.capability}),
-                attempts=state.attempts, started_at_s=wall_started,
-                duration_s=loop.time() - started,
-            )
+            except asyncio.CancelledError:
+                # the run was cancelled: this task returns no result, so the step is
+                # recorded here — failed, with the attempt that was in flight — and the
+                # cancellation goes on
+                result = self._result(step, state, None, self._cancelled_error(state),
+                                      wall_started, loop.time() - started)
+                self.run.record_step(result)
+                observation.finished(result)
+                raise
+            result = self._result(step, state, output, error, wall_started,
+                                  loop.time() - started)
             observation.finished(result)
         return result
+
+    @staticmethod
+    def _result(
+        step: Step, state: StepState, output: Any, error: StepError | None,
+        wall_started: float, duration_s: float,
+    ) -> StepResult:
+        return StepResult(
+            id=step.id, tool=step.tool, capability=step.capability,
+            status="succeeded" if error is None else "failed", output=output,
+            error=None if error is None else error.model_copy(update={
+                "step_id": step.id, "tool": step.tool, "capability": step.capability}),
+            attempts=state.attempts, started_at_s=wall_started, duration_s=duration_s,
+        )
 
     def _paused(self, state: StepState, paused: AwaitApproval, started_at: float,
                 duration: float) -> StepResult:
@@ -170,63 +194,80 @@ class StepRunner:
                 attempt, output = await self._attempt(state, replace(decision, params=bound),
                                                       deadline)
         cap = self.services.config.max_attempts_per_step
+        previous: StepError | None = None  # the failure the current attempt answers
         while True:
             observe_attempt(self.handlers, state, attempt)
             if attempt.outcome == "succeeded":
                 return output, None
             assert attempt.error is not None
+            if attempt.outcome == "not_sent" and previous is not None:
+                # the re-send guard stopped it: the step fails with the failure that
+                # made the call ambiguous, and why it was not sent again
+                return None, _final_error(previous, GiveUp(attempt.error.message))
             if len(state.attempts) >= cap:
                 return None, _final_error(attempt.error,
                                           GiveUp(f"reached max_attempts_per_step={cap}"))
             verdict = await ask_handlers(self.handlers, state, attempt.error)
             if not isinstance(verdict, Decision):
                 return None, _final_error(attempt.error, verdict)
+            previous = attempt.error
             attempt, output = await self._attempt(state, verdict, deadline)
 
     async def _attempt(
         self, state: StepState, decision: Decision, deadline: float, *, key: str | None = None
     ) -> tuple[Attempt, Any]:
-        """One attempt with the decision's parameters: prepare, and send if they are valid.
+        """One attempt with the decision's parameters: prepare, and send if they are valid,
+        no person has to approve them first, and the re-send guard lets them go.
 
         A call with a side effect (a capability that is not idempotent) is recorded in the
         run store before it is sent and its outcome right after, so a process that stops
-        in between leaves a marker that says the call may have happened.
+        in between leaves a marker that says the call may have happened. An attempt cut
+        by the deadline or by the run's cancellation is recorded before the cancellation
+        goes on (its marker stays open when the request may have gone out).
         """
-        if decision.delay_s > 0:
-            await self.services.clock.sleep(decision.delay_s)
-        number = len(state.attempts) + 1
-        prepared = self.capabilities.get(state.capability).prepare(
-            decision.params, coerce=state.settings.type_coercion_enabled)
-        observation = state.observation
-        assert observation is not None
-        if prepared.coercions:
-            observation.report("type_coercion_applied", {
-                "dagwright.attempt": number, "coercion.count": len(prepared.coercions),
-                "coercion.paths": ",".join(c.path for c in prepared.coercions)})
-        state.params = prepared.params
-        if prepared.error is not None:
-            observation.rejected(prepared.error)
-            return self._record(state, decision, "invalid", prepared.error, prepared), None
-        reason = approval_reason(state.capability.requires_approval, prepared.params,
-                                 self.resume.approved.get(state.step.id))
-        if reason is not None:
-            raise AwaitApproval(prepared.params, reason)
-        key = key or key_for(state, prepared.params)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        trace = CallTrace()
+        prepared: PreparedCall | None = None
         side_effect = not state.capability.is_idempotent
         recorder = self.services.recorder
-        if side_effect:
-            try:
-                await recorder.call_started(CallMarker(
-                    state.step.id, number, decision.layer, prepared.params, key, time.time()))
-            except StoreError as exc:
-                error = StepError(
-                    category=ErrorCategory.INTERNAL_ERROR, code="STORE_UNAVAILABLE",
-                    message=f"not sent: the call has a side effect and the run store could not "
-                            f"record it first ({exc})",
-                    source=ErrorSource.ENGINE, request_sent=False)
-                return self._record(state, decision, "not_sent", error, prepared), None
-        result = await send(state, prepared.params, layer=decision.layer, number=number,
-                            deadline=deadline, key=key)
+        try:
+            if decision.delay_s > 0:
+                await self.services.clock.sleep(decision.delay_s)
+            prepared = self._prepare(state, decision)
+            if prepared.error is not None:
+                assert state.observation is not None
+                state.observation.rejected(prepared.error)
+                return self._record(state, decision, "invalid", prepared.error, prepared), None
+            reason = approval_reason(state.capability.requires_approval, prepared.params,
+                                     self.resume.approved.get(state.step.id))
+            if reason is not None:
+                raise AwaitApproval(prepared.params, reason)
+            blocked = self._blocked(state, prepared)
+            if blocked is not None:
+                return self._record(state, decision, "not_sent", blocked, prepared), None
+            number = len(state.attempts) + 1
+            key = key or key_for(state, prepared.params)
+            if side_effect:
+                try:
+                    await recorder.call_started(CallMarker(
+                        state.step.id, number, decision.layer, prepared.params, key,
+                        time.time()))
+                except StoreError as exc:
+                    error = StepError(
+                        category=ErrorCategory.INTERNAL_ERROR, code="STORE_UNAVAILABLE",
+                        message=f"not sent: the call has a side effect and the run store "
+                                f"could not record it first ({exc})",
+                        source=ErrorSource.ENGINE, request_sent=False)
+                    return self._record(state, decision, "not_sent", error, prepared), None
+            result = await send(state, prepared.params, layer=decision.layer, number=number,
+                                deadline=deadline, key=key, trace=trace)
+        except asyncio.CancelledError:
+            sent = trace.dispatched
+            self._record(state, decision, "cancelled" if sent else "not_sent",
+                         self._interrupted_error(deadline, sent=sent), prepared,
+                         latency_s=loop.time() - started)
+            raise
         outcome: AttemptOutcome = "succeeded" if result.error is None else "failed"
         if result.error is not None and result.error.source is ErrorSource.ENGINE:
             outcome = "not_sent"  # a guard of the engine (a run budget) stopped the call
@@ -238,6 +279,34 @@ class StepRunner:
             except StoreError as exc:  # the call happened: go on, the run reports the store
                 recorder.failure = recorder.failure or exc
         return attempt, result.data
+
+    def _prepare(self, state: StepState, decision: Decision) -> PreparedCall:
+        """The prepare stage (layer 2, validation), with what it changed reported."""
+        number = len(state.attempts) + 1
+        prepared = self.capabilities.get(state.capability).prepare(
+            decision.params, coerce=state.settings.type_coercion_enabled,
+            max_depth=self.services.config.max_json_depth)
+        observation = state.observation
+        assert observation is not None
+        if prepared.coercions:
+            observation.report("type_coercion_applied", {
+                "dagwright.attempt": number, "coercion.count": len(prepared.coercions),
+                "coercion.paths": ",".join(c.path for c in prepared.coercions)})
+        state.params = prepared.params
+        return prepared
+
+    @staticmethod
+    def _blocked(state: StepState, prepared: PreparedCall) -> StepError | None:
+        """The re-send guard's refusal of this call, as the not-sent attempt's error."""
+        reason = resend_blocked(state.capability, prepared.params, state.attempts)
+        if reason is None:
+            return None
+        earlier = state.last_attempt.error if state.last_attempt else None
+        return StepError(
+            category=earlier.category if earlier is not None else ErrorCategory.SERVICE_ERROR,
+            code="RESEND_BLOCKED", message=reason, source=ErrorSource.ENGINE,
+            retryable=False, request_sent=False,
+        )
 
     def _record(
         self,
@@ -266,16 +335,49 @@ class StepRunner:
             error_code=error.code if error is not None else None)
         return attempt
 
-    def _deadline_error(self, state: StepState, deadline: float) -> StepError:
+    def _which_deadline(self, deadline: float) -> tuple[str, float]:
         config = self.services.config
         which = "run" if deadline == self.services.deadline else "step"
-        limit = config.run_timeout_s if which == "run" else config.step_timeout_s
+        return which, config.run_timeout_s if which == "run" else config.step_timeout_s
+
+    def _deadline_error(self, state: StepState, deadline: float) -> StepError:
+        """The step's final error when its deadline passed; ``request_sent`` says whether
+        the attempt the deadline cut may have reached the tool."""
+        which, limit = self._which_deadline(deadline)
+        last = state.last_attempt
+        cut_sent = last is not None and last.outcome == "cancelled"
         return StepError(
             category=ErrorCategory.TIMEOUT, code=f"{which.upper()}_DEADLINE_EXCEEDED",
             message=f"the {which} deadline ({limit:g}s) passed after {len(state.attempts)} "
                     "attempt(s)",
-            source=ErrorSource.ENGINE, retryable=False,
+            source=ErrorSource.ENGINE, retryable=False, request_sent=cut_sent,
         )
+
+    def _interrupted_error(self, deadline: float, *, sent: bool) -> StepError:
+        """The error of an attempt cut short: by the deadline, or by the run's cancellation."""
+        when = ("while its request was in flight (the tool may have acted on it)" if sent
+                else "before its request was sent")
+        # the timeout fires within the loop's clock resolution of the deadline
+        if asyncio.get_running_loop().time() >= deadline - 0.001:
+            which, limit = self._which_deadline(deadline)
+            return StepError(
+                category=ErrorCategory.TIMEOUT, code=f"{which.upper()}_DEADLINE_EXCEEDED",
+                message=f"the {which} deadline ({limit:g}s) passed {when}",
+                source=ErrorSource.ENGINE, retryable=False, request_sent=sent)
+        return StepError(
+            category=ErrorCategory.CANCELLED, code="RUN_CANCELLED",
+            message=f"the run was cancelled {when}", source=ErrorSource.ENGINE,
+            retryable=False, request_sent=sent)
+
+    @staticmethod
+    def _cancelled_error(state: StepState) -> StepError:
+        """The final error of a step whose run was cancelled while it ran."""
+        last = state.last_attempt
+        sent = last is not None and last.outcome == "cancelled"
+        return StepError(
+            category=ErrorCategory.CANCELLED, code="RUN_CANCELLED",
+            message=f"the run was cancelled after {len(state.attempts)} attempt(s)",
+            source=ErrorSource.ENGINE, retryable=False, request_sent=sent)
 
 
 def _final_error(error: StepError, verdict: GiveUp | None) -> StepError:

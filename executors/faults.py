@@ -9,39 +9,36 @@ by matching codes such as ``"HTTP_..."``:
 ==================================  =============================================  ======
 question                            answered by                                    asked by
 ==================================  =============================================  ======
-may the tool have acted on it?      :func:`may_have_acted`                         resilience, layer 4
-is re-sending it unsafe?            :func:`resend_blocked`                         resilience, layer 4
+may the tool have acted on it?      :func:`may_have_acted`                         the re-send guard
 is it a transport fault?            :func:`is_transport_fault`                     resilience
 a structured 503 layer 4 can read?  :func:`is_structured_service_error`            resilience, layer 4
 can a new value fix it (layer 3)?   :func:`correction_trigger`                     layer 3
 can the trajectory fix it (4)?      :func:`semantic_trigger`                       layer 4
 ==================================  =============================================  ======
+
+Whether sending a call *again* is unsafe is the re-send guard's question
+(:mod:`executors._resend`), which asks :func:`may_have_acted` of each earlier attempt.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from orchestration.capability import Capability
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError
 
 __all__ = [
     "AMBIGUOUS_CATEGORIES",
-    "NOT_RESENT",
     "correction_trigger",
     "is_structured",
     "is_structured_service_error",
     "is_transport_fault",
     "may_have_acted",
-    "resend_blocked",
     "semantic_trigger",
 ]
 
 AMBIGUOUS_CATEGORIES = frozenset({ErrorCategory.TIMEOUT, ErrorCategory.CONNECTION_ERROR,
-                                  ErrorCategory.SERVICE_ERROR})
+                                  ErrorCategory.SERVICE_ERROR, ErrorCategory.CANCELLED})
 """Failures after which the tool may have acted on a request it did not answer."""
-
-NOT_RESENT = "not re-sent: non-idempotent capability and the request may have been processed"
 
 _UNSTRUCTURED_INPUT_STATUSES = (400, 422)  # plain HTTP statuses that mean "your input is wrong"
 _SEMANTIC_INPUT_STATUSES = frozenset({400, 404, 409, 422})
@@ -59,17 +56,6 @@ def is_structured(error: StepError) -> bool:
 def may_have_acted(error: StepError) -> bool:
     """The request was sent and the failure leaves open whether the tool acted on it."""
     return error.request_sent and error.category in AMBIGUOUS_CATEGORIES
-
-
-def resend_blocked(capability: Capability, error: StepError) -> str | None:
-    """Why sending the same request again is unsafe after ``error``, or None if it is safe.
-
-    It is unsafe when the capability is not idempotent, the tool may have acted on the
-    request, and no idempotency key lets the tool recognise the repeat.
-    """
-    if capability.is_idempotent or capability.idempotency_key_header:
-        return None
-    return NOT_RESENT if may_have_acted(error) else None
 
 
 def is_transport_fault(error: StepError) -> bool:

@@ -2,9 +2,19 @@
 the invoker of a source (MCP server, OpenAPI spec).
 
 One call, no retries: deciding whether to try again is the executor's job. Every way a
-call can go wrong (refused, timed out, dropped, garbage, an error envelope, a raised
-``ToolFailed``, a crashing Python tool) comes back as a classified :class:`StepError`;
-nothing raises past this module except cancellation.
+call can go wrong (refused, timed out, dropped, dripped, garbage, too large, an error
+envelope, a raised ``ToolFailed``, a crashing Python tool, parameters JSON cannot carry)
+comes back as a classified :class:`StepError`; nothing raises past this module except
+cancellation. Two bounds hold whatever the tool does:
+
+* the timeout covers the *whole* call — connecting, sending and reading the body — so
+  a body that trickles in a byte at a time cannot outlive it (httpx's own timeouts are
+  per socket operation);
+* a reply larger than ``max_response_bytes`` is refused while it streams, before it is
+  held whole; what is read is decoded within ``max_json_depth``.
+
+A :class:`CallTrace` tells the caller how far a call got, which matters when the caller
+is cancelled mid-call and must record whether the request may have reached the tool.
 """
 
 from __future__ import annotations
@@ -18,15 +28,20 @@ from typing import Any
 
 import httpx
 
+from orchestration._json import DEFAULT_MAX_DEPTH, UnreadableJSON, encode
 from orchestration.capability import Capability
 from orchestration.errors import ToolFailed
+from orchestration.logging_setup import protect_logger
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError, classify_http_response
+
+DEFAULT_MAX_RESPONSE_BYTES = 10_000_000
+"""Default of ``ORCH_MAX_RESPONSE_BYTES``."""
 
 
 @dataclass
 class CallResult:
     """The outcome of one call: ``data`` when ``error`` is None; ``http_status`` the status
-    code of an HTTP tool's answer (on success too, for the HTTP client span)."""
+    of an HTTP answer (success included), for the HTTP client span."""
 
     data: Any = None
     error: StepError | None = None
@@ -36,6 +51,16 @@ class CallResult:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+
+@dataclass(slots=True)
+class CallTrace:
+    """How far one call got. ``dispatched`` turns True the moment the request may reach
+    the tool: an HTTP request's first bytes are about to be written, or a Python tool is
+    about to be called. A caller cancelled mid-call reads it to know whether the tool may
+    have acted."""
+
+    dispatched: bool = False
 
 
 def _query_params(params: dict[str, Any]) -> dict[str, str]:
@@ -49,8 +74,16 @@ def _query_params(params: dict[str, Any]) -> dict[str, str]:
         elif isinstance(value, str | int | float):
             out[key] = str(value)
         else:
-            out[key] = json.dumps(value)
+            out[key] = json.dumps(value, allow_nan=False)
     return out
+
+
+def _encode(params: dict[str, Any], *, query: bool) -> tuple[dict[str, str] | None, bytes | None]:
+    """The query parameters or the JSON body of a call, encoded here rather than inside
+    the HTTP client, so a value JSON cannot carry is a classified error, not an exception
+    from deep in the client. Raises ``ValueError`` naming the problem and its path."""
+    body = encode(params, max_depth=10_000)  # depth is prepare's job; this is encoding
+    return (_query_params(params), None) if query else (None, body)
 
 
 class ToolTransport:
@@ -61,10 +94,14 @@ class ToolTransport:
         http_client: httpx.AsyncClient | None = None,
         *,
         max_connections: int = 100,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        max_json_depth: int = DEFAULT_MAX_DEPTH,
     ) -> None:
         self._owns_client = http_client is None
         self._client = http_client
         self._max_connections = max_connections
+        self.max_response_bytes = max_response_bytes
+        self.max_json_depth = max_json_depth
 
     def _http(self) -> httpx.AsyncClient:
         """The pooled client, created on the first HTTP call: building it (its TLS
@@ -75,6 +112,7 @@ class ToolTransport:
                 max_keepalive_connections=self._max_connections,
             )
             self._client = httpx.AsyncClient(limits=limits, follow_redirects=False)
+            protect_logger("httpx")  # its INFO lines print request URLs, query included
         return self._client
 
     async def aclose(self) -> None:
@@ -89,15 +127,21 @@ class ToolTransport:
         *,
         timeout_s: float,
         headers: dict[str, str] | None = None,
+        trace: CallTrace | None = None,
     ) -> CallResult:
-        """Call ``capability`` once with ``params``; never raises except on cancellation."""
+        """Call ``capability`` once with ``params``; never raises except on cancellation.
+
+        ``trace`` (optional) is updated as the call progresses (see :class:`CallTrace`).
+        """
         started = time.perf_counter()
+        trace = trace if trace is not None else CallTrace()
         if capability.invoker is not None:
+            trace.dispatched = True  # the source sends it: assume it may reach the tool
             result = await self._call_invoker(capability, params, timeout_s, headers or {})
         elif capability.function is not None:
-            result = await self._call_function(capability, params, timeout_s)
+            result = await self._call_function(capability, params, timeout_s, trace)
         else:
-            result = await self._call_http(capability, params, timeout_s, headers or {})
+            result = await self._call_http(capability, params, timeout_s, headers or {}, trace)
         result.latency_s = time.perf_counter() - started
         return result
 
@@ -122,10 +166,12 @@ class ToolTransport:
             )
 
     async def _call_function(
-        self, capability: Capability, params: dict[str, Any], timeout_s: float
+        self, capability: Capability, params: dict[str, Any], timeout_s: float,
+        trace: CallTrace,
     ) -> CallResult:
         fn = capability.function
         assert fn is not None
+        trace.dispatched = True
         try:
             if capability.run_in_thread:
                 async with asyncio.timeout(timeout_s):
@@ -179,17 +225,25 @@ class ToolTransport:
                     retryable=False,
                 )
             )
+        return self._checked_output(value)
+
+    def _checked_output(self, value: Any) -> CallResult:
+        """A Python tool's result under the rules an HTTP reply meets: JSON (finite
+        numbers, valid text, at most ``max_json_depth`` deep) and at most
+        ``max_response_bytes`` as JSON text."""
         try:
-            json.dumps(value)
-        except (TypeError, ValueError) as exc:
+            size = len(encode(value, self.max_json_depth))
+        except UnreadableJSON as exc:
             return CallResult(
                 error=StepError(
                     category=ErrorCategory.INVALID_RESPONSE,
                     code="NOT_JSON_SERIALISABLE",
-                    message=f"Python tool returned a value that is not JSON: {exc}",
+                    message=f"Python tool returned a value that is not JSON: {exc.args[0]}",
                     source=ErrorSource.RESPONSE,
                 )
             )
+        if size > self.max_response_bytes:
+            return CallResult(error=_too_large(self.max_response_bytes, None))
         return CallResult(data=value)
 
     async def _call_http(
@@ -198,48 +252,106 @@ class ToolTransport:
         params: dict[str, Any],
         timeout_s: float,
         extra_headers: dict[str, str],
+        trace: CallTrace,
     ) -> CallResult:
         assert capability.url is not None
+        url = capability.url
         headers = {**capability.headers, **extra_headers}
-        method = capability.method
-        kwargs: dict[str, Any] = {"headers": headers, "timeout": timeout_s}
-        if method in ("GET", "HEAD", "DELETE"):
-            kwargs["params"] = _query_params(params)
-        else:
-            kwargs["json"] = params
+        query = capability.method in ("GET", "HEAD", "DELETE")
         try:
-            response = await self._http().request(method, capability.url, **kwargs)
-        except httpx.ConnectTimeout:
-            return _transport_error(
-                ErrorCategory.TIMEOUT, "CONNECT_TIMEOUT",
-                f"could not connect to {capability.url} within {timeout_s:g}s", sent=False)
-        except httpx.PoolTimeout:
-            return _transport_error(
-                ErrorCategory.TIMEOUT, "POOL_TIMEOUT",
-                "no free connection in the pool within the timeout", sent=False)
-        except httpx.TimeoutException:
+            query_params, body = _encode(params, query=query)
+        except ValueError as exc:
+            return CallResult(error=StepError(
+                category=ErrorCategory.VALIDATION_ERROR, code="UNENCODABLE_PARAMETERS",
+                message=f"the parameters cannot be sent as JSON: {exc}",
+                source=ErrorSource.VALIDATION, retryable=True, request_sent=False))
+        if body is not None:
+            headers.setdefault("Content-Type", "application/json")
+
+        def on_progress(event: str, info: dict[str, Any]) -> None:
+            if event.endswith("send_request_headers.started"):
+                trace.dispatched = True
+
+        try:
+            client = self._http()
+            request = client.build_request(
+                capability.method, url, headers=headers, params=query_params, content=body,
+                timeout=timeout_s, extensions={"trace": _async_trace(on_progress)})
+            async with asyncio.timeout(timeout_s):
+                response = await client.send(request, stream=True)
+                try:
+                    raw = await self._read_body(response)
+                finally:
+                    await response.aclose()
+        except (TimeoutError, httpx.TimeoutException) as exc:
+            if isinstance(exc, httpx.PoolTimeout):
+                return _transport_error(
+                    ErrorCategory.TIMEOUT, "POOL_TIMEOUT",
+                    "no free connection in the pool within the timeout", sent=False)
+            if isinstance(exc, httpx.ConnectTimeout) or not trace.dispatched:
+                return _transport_error(
+                    ErrorCategory.TIMEOUT, "CONNECT_TIMEOUT",
+                    f"could not connect to {url} within {timeout_s:g}s", sent=False)
             return _transport_error(
                 ErrorCategory.TIMEOUT, "READ_TIMEOUT",
-                f"{capability.url} did not answer within {timeout_s:g}s", sent=True)
+                f"{url} did not answer within {timeout_s:g}s (the whole answer, body "
+                "included, must arrive within the tool timeout)", sent=True)
         except httpx.ConnectError as exc:
             return _transport_error(
                 ErrorCategory.CONNECTION_ERROR, "CONNECTION_REFUSED",
-                f"cannot connect to {capability.url}: {exc}", sent=False)
+                f"cannot connect to {url}: {exc}", sent=False)
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
             return _transport_error(
                 ErrorCategory.CONNECTION_ERROR, "CONNECTION_DROPPED",
-                f"{capability.url} dropped the connection: {exc or type(exc).__name__}",
+                f"{url} dropped the connection: {exc or type(exc).__name__}",
                 sent=True)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
             return _transport_error(
                 ErrorCategory.CONNECTION_ERROR, "TRANSPORT_ERROR",
-                f"{type(exc).__name__}: {exc}", sent=True)
+                f"{type(exc).__name__}: {exc}", sent=trace.dispatched)
+        if raw is None:
+            return CallResult(error=_too_large(self.max_response_bytes, response.status_code))
         classified = classify_http_response(
-            response.status_code, response.content, dict(response.headers)
+            response.status_code, raw, dict(response.headers), max_depth=self.max_json_depth
         )
         if classified.ok:
             return CallResult(data=classified.data, http_status=response.status_code)
         return CallResult(error=classified.error, http_status=response.status_code)
+
+    async def _read_body(self, response: httpx.Response) -> bytes | None:
+        """The body, or None as soon as it is known to exceed ``max_response_bytes``
+        (from ``Content-Length``, else while it streams — decompressed size counted)."""
+        limit = self.max_response_bytes
+        declared = response.headers.get("content-length", "")
+        if declared.isascii() and declared.isdigit() and (
+                len(declared) > 18 or int(declared) > limit):
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > limit:
+                return None
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def _async_trace(callback: Any) -> Any:
+    """httpcore's ``trace`` extension wants a coroutine function on an async client."""
+
+    async def trace(event: str, info: dict[str, Any]) -> None:
+        callback(event, info)
+
+    return trace
+
+
+def _too_large(limit: int, status: int | None) -> StepError:
+    return StepError(
+        category=ErrorCategory.INVALID_RESPONSE, code="RESPONSE_TOO_LARGE",
+        message=f"the tool's reply is larger than {limit} bytes "
+                f"(ORCH_MAX_RESPONSE_BYTES={limit}); it was not read further",
+        source=ErrorSource.RESPONSE, retryable=False, request_sent=True, http_status=status,
+    )
 
 
 def _transport_error(category: ErrorCategory, code: str, message: str, *, sent: bool) -> CallResult:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestration import _schema
 from orchestration.errors import CatalogError
+from orchestration.redaction import DEFAULT_REDACTOR
 
 if TYPE_CHECKING:
     from orchestration._transport import CallResult
@@ -104,6 +105,17 @@ class Capability(BaseModel):
             self.source = "python" if self.function is not None else (
                 "http" if self.url is not None else "invoker")
         return self
+
+    def __repr_args__(self) -> Any:
+        """What ``repr``/``str`` show: header values of credentials and secrets in the URL
+        masked (a capability in a log line or a traceback must not print its key)."""
+        for name, value in super().__repr_args__():
+            if name == "headers" and isinstance(value, dict):
+                value = DEFAULT_REDACTOR.redact_value(value)
+            elif name == "url" and isinstance(value, str):
+                value = DEFAULT_REDACTOR.redact(value)
+            yield name, value
+
 
     @property
     def key(self) -> str:

@@ -113,6 +113,14 @@ class Catalog:
         self._sources: dict[str, Source] = {}
         self._owned: dict[str, set[tuple[str, str]]] = {}
         self._runtime: SourceRuntime | None = None
+        self._revision = 0
+
+    @property
+    def revision(self) -> int:
+        """Bumped whenever a capability is added or replaced (a refresh included), so what
+        is derived from the catalog (the redactor's known secrets) can tell it is out of
+        date."""
+        return self._revision
 
     # --- building -----------------------------------------------------------------
     def add(
@@ -139,6 +147,7 @@ class Catalog:
         with self._lock:
             self._caps[key] = capability
             self._tool_descriptions.setdefault(capability.tool, "")
+            self._revision += 1
         return capability
 
     def describe_tool(self, tool: str, description: str) -> None:
@@ -533,6 +542,7 @@ class Catalog:
                 caps[key] = cap
                 owned.add(key)
             self._caps = caps
+            self._revision += 1
             self._owned[label] = owned
             for tool, text in listing.tool_descriptions.items():
                 self._tool_descriptions[tool] = text

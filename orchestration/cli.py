@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import sys
 import textwrap
 import warnings
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import Any, TextIO, TypeVar, cast
 
 from prometheus_client import CollectorRegistry
 
@@ -29,10 +30,12 @@ from orchestration.events import RunEvent
 from orchestration.llm.scripted import ScriptedLLM
 from orchestration.orchestrator import Orchestrator
 from orchestration.plan import ValidatedPlan
+from orchestration.redaction import DEFAULT_REDACTOR, Redactor
 from orchestration.result import Approval, PendingApproval, RunResult, StepResult
 from orchestration.store import RunStore
 
-__all__ = ["EXIT_CODES", "build_parser", "main", "render_plan", "render_result"]
+__all__ = ["EXIT_CODES", "RedactingOutput", "build_parser", "main", "render_plan",
+           "render_result"]
 
 T = TypeVar("T")
 SYMBOLS = {"succeeded": "✔", "failed": "✘", "skipped": "⊘", "unknown": "?"}
@@ -61,6 +64,28 @@ _DEBUG_HINT = ("set ORCH_LLM_DEBUG_ENABLED=true and run again, then `dagwright d
 
 
 # --- rendering -------------------------------------------------------------------------------
+
+class RedactingOutput(io.TextIOBase):
+    """The CLI's output is a sink like a log: everything written passes the redactor
+    (catalog URLs with credentials, tool errors that echo a key, a RunResult as JSON).
+    Commands that know more secrets (a catalog's, the LLM key) switch to their redactor."""
+
+    def __init__(self, out: TextIO, redactor: Redactor = DEFAULT_REDACTOR) -> None:
+        self._out = out
+        self.redactor = redactor
+
+    def write(self, text: str) -> int:
+        self._out.write(self.redactor.redact(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self._out.flush()
+
+
+def _use_redactor(out: TextIO, redactor: Redactor) -> None:
+    if isinstance(out, RedactingOutput):
+        out.redactor = redactor
+
 
 def render_plan(plan: ValidatedPlan, out: TextIO) -> None:
     """The DAG as an indented tree (a step with several parents appears under each)."""
@@ -249,6 +274,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     metrics_server = serve_metrics(port) if port is not None else None
     try:
         orch = Orchestrator.from_env(config=config, catalog=catalog, tracer_provider=provider)
+        _use_redactor(out, orch.redactor)
         progress = Progress(sys.stderr)
         try:
             result = orch.run(args.query, on_event=progress)
@@ -660,7 +686,9 @@ def _next_for(exc: DagwrightError) -> str:
 
 
 def _error(message: str, next_step: str) -> None:
-    print(f"dagwright: error: {message}\n  next: {next_step}", file=sys.stderr)
+    # stderr is a sink like any other: an error may quote a key or a catalog URL's password
+    print(f"dagwright: error: {DEFAULT_REDACTOR.redact(message)}\n  next: {next_step}",
+          file=sys.stderr)
 
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
@@ -670,7 +698,7 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
 
 
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
-    out = out or sys.stdout
+    out = cast(TextIO, RedactingOutput(out or sys.stdout))
     args = build_parser().parse_args(argv)
     fn: Callable[[argparse.Namespace, TextIO], int] = args.fn
     with warnings.catch_warnings():

@@ -35,6 +35,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
+from orchestration._json import DEFAULT_MAX_DEPTH
 from orchestration._text import closest
 from orchestration.errors import ConfigError, ConfigWarning
 from orchestration.layer_settings import DEFAULT_VALIDATION_ERROR_PATTERNS
@@ -144,6 +145,20 @@ class OrchestratorConfig(BaseSettings):
     )
     max_prompt_value_chars: int = Field(
         4000, ge=100, description="Longest parameter/output/error text put in a prompt."
+    )
+
+    # --- limits on untrusted input (tool replies, LLM answers, parameters) ------------
+    max_response_bytes: int = Field(
+        10_000_000, ge=1024,
+        description="Largest tool reply read: an HTTP body (refused while it streams) or a "
+        "Python tool's result as JSON; a larger one fails the attempt with "
+        "INVALID_RESPONSE/RESPONSE_TOO_LARGE.",
+    )
+    max_json_depth: int = Field(
+        DEFAULT_MAX_DEPTH, ge=2, le=200,
+        description="Deepest nesting accepted in JSON read from LLM answers and tool replies "
+        "and in parameters and outputs ([] is one level); deeper values are refused where "
+        "they enter (at most 200: results must stay serialisable).",
     )
 
     # --- layer 2 & 3 --------------------------------------------------------------

@@ -71,7 +71,7 @@ class DagwrightError(Exception):
     """Base class of every error dagwright raises on purpose."""
 
 
-class ConfigError(DagwrightError):
+class ConfigError(DagwrightError, ValueError):
     """The configuration is incomplete or contradictory: names the ``ORCH_*`` variable (or
     argument), the bad value and what is allowed."""
 

@@ -12,6 +12,11 @@ traceback, extra fields) with the run's :class:`~orchestration.redaction.Redacto
 The library installs no handler beyond a ``NullHandler``; a service keeps its own logging
 setup (the filter travels with the loggers from :func:`get_logger`), and the CLI calls
 :func:`configure_logging` (text or JSON, ``ORCH_LOG_FORMAT``).
+
+Third-party loggers that write what the engine sends get the same filter
+(:func:`protect_logger`): httpx logs every request's URL at INFO, query string included,
+so the engine adds the redacting filter to it when it makes its HTTP client, and
+:func:`configure_logging` to httpx and httpcore.
 """
 
 from __future__ import annotations
@@ -46,7 +51,8 @@ __all__ = [
     "current_redactor",
     "extra_fields",
     "get_logger",
-    "log_context"
+    "log_context",
+    "protect_logger"
 ]
 
 ROOT_LOGGER = "dagwright"
@@ -208,6 +214,20 @@ def get_logger(name: str) -> logging.Logger:
     return logger
 
 
+THIRD_PARTY_LOGGERS = ("httpx", "httpcore")
+"""Loggers of the HTTP client that may print URLs, headers or bodies the engine sends."""
+
+
+def protect_logger(name: str) -> logging.Logger:
+    """Add the redacting :class:`ContextFilter` to the logger ``name`` (once): every record
+    logged on it directly is redacted with the redactor of the run in scope before any
+    handler — the service's own included — sees it."""
+    logger = logging.getLogger(name)
+    if not any(isinstance(f, ContextFilter) for f in logger.filters):
+        logger.addFilter(ContextFilter())
+    return logger
+
+
 def configure_logging(
     config: OrchestratorConfig | None = None,
     *,
@@ -233,6 +253,8 @@ def configure_logging(
     root.addHandler(handler)
     root.setLevel(level.upper() if isinstance(level, str) else level)
     root.propagate = False
+    for name in THIRD_PARTY_LOGGERS:
+        protect_logger(name)
     return handler
 
 

@@ -20,15 +20,18 @@ from typing import Any, TypeVar
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 from prometheus_client import CollectorRegistry
+from pydantic import ValidationError
 
 from executors._approvals import apply_decisions, expire_approvals
 from executors._executor import Executor
+from executors._resend import CallInspector
 from executors._resume import resume_point
 from executors.layers import default_handlers
 from executors.recovery import RecoveryHandler
 from orchestration._budget import RunBudget, check_prices
 from orchestration._events import EventCallback, EventSink
 from orchestration._synthesis import answer_run
+from orchestration._text import describe_validation_error
 from orchestration._transport import ToolTransport
 from orchestration.catalog import Catalog
 from orchestration.clock import Clock
@@ -38,6 +41,7 @@ from orchestration.errors import (
     ApprovalError,
     ConfigError,
     DagwrightError,
+    PlanIssue,
     PlanningError,
     PlanValidationError,
     RunNotFound,
@@ -444,8 +448,9 @@ class Orchestrator:
         except PlanningError as exc:
             run.fail(f"planning failed: {exc}")
             return
-        except PlanValidationError as exc:
-            run.fail(str(exc))
+        except PlanValidationError as exc:  # only a plan given with plan= gets here
+            run.fail("the plan given with plan= is invalid: "
+                     + "; ".join(str(issue) for issue in exc.issues))
             return
         if run.plan is None:
             run.plan = validated.to_dict()
@@ -541,8 +546,15 @@ class Orchestrator:
                                  max_steps=max(self.config.max_plan_steps, len(model.steps)))
         if plan is None:
             return await self.planner.plan(run, services)
-        model = plan if isinstance(plan, Plan) else Plan.model_validate(plan)
-        return validate_plan(model, services.catalog, max_steps=self.config.max_plan_steps)
+        try:
+            model = plan if isinstance(plan, Plan) else Plan.model_validate(plan)
+        except ValidationError as exc:
+            raise PlanValidationError([PlanIssue(
+                None, "it does not have the shape of a plan ({\"steps\": [{id, tool, "
+                      "capability, params, depends_on}]}): "
+                      + describe_validation_error(exc, root="plan"))]) from None
+        return validate_plan(model, services.catalog, max_steps=self.config.max_plan_steps,
+                             max_depth=self.config.max_json_depth)
 
     async def plan(self, query: str) -> ValidatedPlan:
         """Plan without executing (what ``dagwright plan`` shows); nothing is recorded."""
@@ -588,6 +600,7 @@ class Orchestrator:
             events=EventSink(run, recorder), clock=self.clock,
             deadline=asyncio.get_running_loop().time() + config.run_timeout_s,
             budget=budget,
+            calls=CallInspector(self.executor.capabilities, self.layers),
         )
 
     def _debug_recorder(self) -> DebugRecorder | None:
@@ -603,7 +616,10 @@ class Orchestrator:
         loop_id = id(asyncio.get_running_loop())
         transport = self._transports.get(loop_id)
         if transport is None:
-            transport = ToolTransport(max_connections=max(10, self.config.max_concurrency * 2))
+            config = self.config
+            transport = ToolTransport(max_connections=max(10, config.max_concurrency * 2),
+                                      max_response_bytes=config.max_response_bytes,
+                                      max_json_depth=config.max_json_depth)
             self._transports[loop_id] = transport
         return transport
 

@@ -17,6 +17,7 @@ from typing import Any
 import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestration._json import DEFAULT_MAX_DEPTH, unencodable
 from orchestration.catalog import Catalog
 from orchestration.errors import CatalogError, ConfigError, PlanIssue, PlanValidationError
 from orchestration.retry_policy import check_overrides
@@ -31,16 +32,22 @@ __all__ = [
     "find_references",
     "iter_strings",
     "parse_references",
+    "path_index",
     "validate_plan",
     "whole_reference"
 ]
 
 STEP_ID_PATTERN = r"[A-Za-z_][A-Za-z0-9_-]*"
-_SEGMENT = r"(?:\.[A-Za-z0-9_-]+|\[\d+\])"
+MAX_INDEX_DIGITS = 9
+"""A list index in a reference has at most this many digits: a longer one names no list
+anyone has, and turning thousands of digits into an int is refused by Python itself."""
+_INDEX = "[0-9]{1," + str(MAX_INDEX_DIGITS) + "}"
+_SEGMENT = r"(?:\.[A-Za-z0-9_-]+|\[" + _INDEX + r"\])"
 REFERENCE_RE = re.compile(r"\{\{\s*(" + STEP_ID_PATTERN + r")(" + _SEGMENT + r"*)\s*\}\}")
 _WHOLE_REFERENCE_RE = re.compile(r"^\s*" + REFERENCE_RE.pattern + r"\s*$")
-_PATH_PART_RE = re.compile(r"\.([A-Za-z0-9_-]+)|\[(\d+)\]")
+_PATH_PART_RE = re.compile(r"\.([A-Za-z0-9_-]+)|\[(" + _INDEX + r")\]")
 _ANY_BRACES_RE = re.compile(r"\{\{(.*?)\}\}")
+_LONG_INDEX_RE = re.compile(r"\[[0-9]{" + str(MAX_INDEX_DIGITS + 1) + "}")
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,16 @@ class Reference:
         for part in self.path:
             out += f"[{part}]" if isinstance(part, int) else f".{part}"
         return out
+
+
+def path_index(part: str | int) -> int | None:
+    """The list index a path segment names — ``[3]``, or a field spelled with digits only
+    (``.3``) — or None when it names none (too many digits included)."""
+    if isinstance(part, int):
+        return part
+    if part.isascii() and part.isdigit() and len(part) <= MAX_INDEX_DIGITS:
+        return int(part)
+    return None
 
 
 def _parse_path(text: str) -> tuple[str | int, ...]:
@@ -170,10 +187,21 @@ def _unknown_braces(text: str) -> list[str]:
     ]
 
 
-def validate_plan(plan: Plan, catalog: Catalog, *, max_steps: int = 1000) -> ValidatedPlan:
+def _malformed_reference(path: str, fragment: str) -> str:
+    shown = fragment if len(fragment) <= 80 else fragment[:60] + "…" + fragment[-10:]
+    if _LONG_INDEX_RE.search(fragment):
+        return (f"param {path}: malformed reference {shown!r}: a list index has at most "
+                f"{MAX_INDEX_DIGITS} digits")
+    return f"param {path}: malformed reference {shown!r} (expected {{{{step_id.field}}}})"
+
+
+def validate_plan(
+    plan: Plan, catalog: Catalog, *, max_steps: int = 1000, max_depth: int = DEFAULT_MAX_DEPTH,
+) -> ValidatedPlan:
     """Check a plan against the catalog and build its DAG; raise with *every* issue found.
 
     Checks: non-empty and within ``max_steps``, unique ids, known tool/capability,
+    parameters JSON can carry (finite numbers, valid text, at most ``max_depth`` levels),
     well-formed references to existing steps (not to itself), ``depends_on`` naming
     existing steps, and no cycle (the error names the cycle).
     """
@@ -196,12 +224,13 @@ def validate_plan(plan: Plan, catalog: Catalog, *, max_steps: int = 1000) -> Val
             catalog.get(step.tool, step.capability)
         except CatalogError as exc:
             issues.append(PlanIssue(step.id, str(exc)))
+        problem = unencodable(step.params, max_depth)
+        if problem is not None:
+            issues.append(PlanIssue(step.id, f"param {problem[0]}: {problem[1]}"))
+            continue  # nothing else can be read safely from these parameters
         for path, text in iter_strings(step.params):
             for bad in _unknown_braces(text):
-                issues.append(
-                    PlanIssue(step.id, f"param {path}: malformed reference {bad!r} "
-                              "(expected {{step_id.field}})")
-                )
+                issues.append(PlanIssue(step.id, _malformed_reference(path, bad)))
         for path, ref in step.references():
             if ref.step_id == step.id:
                 issues.append(PlanIssue(step.id, f"param {path} refers to its own step"))

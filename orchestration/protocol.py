@@ -9,18 +9,20 @@ defense layers, telemetry and the attempt history all share.
 from __future__ import annotations
 
 import email.utils
-import json
 import time
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from orchestration._text import clip
+from orchestration._json import DEFAULT_MAX_DEPTH, UnreadableJSON, decode, is_limit
+from orchestration._text import clip, describe_validation_error
 
 __all__ = [
     "HTTP_STATUS_FOR_CATEGORY",
+    "MALFORMED_RESPONSE",
     "MAX_ERROR_BODY_CHARS",
+    "MAX_RETRY_AFTER_S",
     "ClassifiedResponse",
     "ErrorCategory",
     "ErrorSource",
@@ -55,6 +57,7 @@ class ErrorCategory(StrEnum):
     INTERNAL_ERROR = "INTERNAL_ERROR"
     REJECTED = "REJECTED"  # a person rejected the call, or its approval expired
     BUDGET_EXCEEDED = "BUDGET_EXCEEDED"  # a run budget refused the call; nothing was sent
+    CANCELLED = "CANCELLED"  # the run was cancelled while the attempt was in flight
 
 
 class ErrorSource(StrEnum):
@@ -178,7 +181,13 @@ def category_for_status(status: int) -> ErrorCategory:
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP date)."""
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP date).
+
+    Never raises: text that is neither form is None, a date in the past or NaN is 0, and
+    an absurd value (``1e999``, year 9999) is held to :data:`MAX_RETRY_AFTER_S` so the
+    record stays a finite JSON number — the retry policy caps every wait at
+    ``retry_after_cap_s`` anyway.
+    """
     if not value:
         return None
     value = value.strip()
@@ -187,12 +196,16 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     except ValueError:
         try:
             when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
+            seconds = when.timestamp() - (time.time() if now is None else now)
+        except (TypeError, ValueError, IndexError, OverflowError, OSError):
             return None
-        seconds = when.timestamp() - (time.time() if now is None else now)
     if seconds != seconds or seconds < 0:  # NaN or in the past
         return 0.0
-    return seconds
+    return min(seconds, MAX_RETRY_AFTER_S)
+
+
+MAX_RETRY_AFTER_S = 1e9
+"""The largest ``Retry-After`` recorded (about 31 years): "later than anyone waits"."""
 
 
 class ClassifiedResponse(BaseModel):
@@ -203,32 +216,55 @@ class ClassifiedResponse(BaseModel):
     error: StepError | None = None
 
 
+MALFORMED_RESPONSE = "MALFORMED_RESPONSE"
+"""The code of an answer the engine cannot read as the protocol says: an envelope pydantic
+rejects, ``success: false`` without an error, JSON nested too deep or with non-finite
+numbers."""
+
+
 def _looks_like_envelope(body: Any) -> bool:
+    """A dict with a boolean ``success`` that carries ``data`` or ``error`` — or says
+    ``success: false``, which no tool says of a call that worked."""
     return isinstance(body, dict) and isinstance(body.get("success"), bool) and (
-        "data" in body or "error" in body
+        "data" in body or "error" in body or body["success"] is False
     )
 
 
 def classify_http_response(
-    status: int, body: bytes, headers: dict[str, str] | None = None
+    status: int,
+    body: bytes,
+    headers: dict[str, str] | None = None,
+    *,
+    max_depth: int = DEFAULT_MAX_DEPTH,
 ) -> ClassifiedResponse:
-    """Turn a tool's HTTP answer into data or a :class:`StepError`.
+    """Turn a tool's HTTP answer into data or a :class:`StepError`; never raises.
 
     Envelope answers are trusted for category and retryability (the HTTP status only fills
     gaps); other answers are classified by status code, with the body text as message.
     A 2xx whose body is not JSON is an ``INVALID_RESPONSE``: the tool returned garbage.
+    Anything malformed — an envelope that does not validate, ``success: false`` without
+    an error, JSON nested deeper than ``max_depth`` — is a ``MALFORMED_RESPONSE`` with the
+    body clipped into the message; its category comes from the status when there is one
+    to go by (a malformed 429 is still a rate limit, and is retried as one).
     """
     headers = {k.lower(): v for k, v in (headers or {}).items()}
     retry_after = parse_retry_after(headers.get("retry-after"))
     text = body.decode("utf-8", errors="replace")
-    try:
-        parsed: Any = json.loads(text) if text.strip() else None
-        is_json = bool(text.strip())
-    except ValueError:
-        parsed, is_json = None, False
+    parsed: Any = None
+    is_json = False
+    if text.strip():
+        try:
+            parsed, is_json = decode(text, max_depth=max_depth), True
+        except UnreadableJSON as exc:
+            if is_limit(exc) and 200 <= status < 300:
+                return _malformed(status, text, str(exc), retry_after)
 
     if _looks_like_envelope(parsed):
-        envelope = ToolResponse.model_validate(parsed)
+        try:
+            envelope = ToolResponse.model_validate(parsed)
+        except ValidationError as exc:
+            problem = "the envelope is invalid: " + describe_validation_error(exc, root="body")
+            return _malformed(status, text, problem, retry_after or _salvaged_retry_after(parsed))
         if envelope.success and 200 <= status < 300:
             return ClassifiedResponse(ok=True, data=envelope.data)
         if envelope.error is not None:
@@ -248,6 +284,9 @@ def classify_http_response(
                     retry_after_s=ra,
                 ),
             )
+        if not envelope.success:
+            return _malformed(status, text, "success is false but the envelope has no error",
+                              retry_after)
         # success flag and status disagree, no error object: fall through to status rules
 
     if 200 <= status < 300:
@@ -275,10 +314,51 @@ def classify_http_response(
             code=f"HTTP_{status}",
             message=message,
             source=ErrorSource.HTTP_STATUS,
-            retryable=category
-            in (ErrorCategory.RATE_LIMIT, ErrorCategory.SERVICE_ERROR, ErrorCategory.INPUT_ERROR,
-                ErrorCategory.NOT_FOUND),
+            retryable=_status_retryable(category),
             http_status=status,
             retry_after_s=retry_after,
         ),
     )
+
+
+def _status_retryable(category: ErrorCategory) -> bool:
+    return category in (ErrorCategory.RATE_LIMIT, ErrorCategory.SERVICE_ERROR,
+                        ErrorCategory.INPUT_ERROR, ErrorCategory.NOT_FOUND)
+
+
+def _malformed(
+    status: int, text: str, problem: str, retry_after: float | None
+) -> ClassifiedResponse:
+    """A ``MALFORMED_RESPONSE``: on a 2xx an unusable answer (``INVALID_RESPONSE``, not
+    retried); otherwise classified from the status as if the body were plain text (it
+    cannot be read as the tool's own word), so a 429 waits and a 503 is a service error."""
+    ok_status = 200 <= status < 300
+    category = ErrorCategory.INVALID_RESPONSE if ok_status else category_for_status(status)
+    return ClassifiedResponse(
+        ok=False,
+        error=StepError(
+            category=category,
+            code=MALFORMED_RESPONSE,
+            message=f"HTTP {status}: malformed tool answer ({problem}); body: "
+                    f"{clip(text.strip(), MAX_MALFORMED_BODY_CHARS)}",
+            source=ErrorSource.RESPONSE if ok_status else ErrorSource.HTTP_STATUS,
+            retryable=False if ok_status else _status_retryable(category),
+            details={"problem": clip(problem, 500)},
+            http_status=status,
+            retry_after_s=retry_after,
+        ),
+    )
+
+
+MAX_MALFORMED_BODY_CHARS = 500
+
+
+def _salvaged_retry_after(parsed: Any) -> float | None:
+    """``error.details.retry_after`` of an envelope that did not validate, read leniently
+    (a number where the protocol wants text)."""
+    error = parsed.get("error") if isinstance(parsed, dict) else None
+    details = error.get("details") if isinstance(error, dict) else None
+    value = details.get("retry_after") if isinstance(details, dict) else None
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return None
+    return parse_retry_after(str(value))

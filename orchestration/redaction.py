@@ -1,14 +1,33 @@
 """Secret redaction for everything dagwright writes about a run: spans, logs, the debug store.
 
-Secrets reach the engine through three doors: tool headers in the catalog, the LLM API
-key, and text that flows through a run (parameters, tool errors, LLM prompts and
-answers). The first two are known values, so they are removed wherever they appear
-verbatim. The third can only be recognised by shape: provider keys (``sk-…``), bearer
-tokens, ``Authorization:`` values, ``api_key=…`` style pairs and a few well-known token
-formats, plus any regex the operator adds with ``ORCH_REDACT_PATTERNS``.
+Secrets reach the engine through three doors: the catalog (header values, credentials in
+URLs), the LLM API key, and text that flows through a run (parameters, tool errors, LLM
+prompts and answers). The first two are known values, so they are removed wherever they
+appear verbatim — the catalog is read again whenever it changes, so a capability added
+after the orchestrator was built is covered too. The third can only be recognised by
+shape, and the redactor understands the shapes secrets travel in:
+
+* **key/value pairs** in prose, query strings, headers and JSON — ``password=…``,
+  ``"api_key": "…"``, ``X-Api-Key: …`` — *including JSON encoded inside JSON* (a tool
+  output or error body quoted in a prompt is JSON in a JSON string: ``\\"token\\": \\"…\\"``,
+  at any depth of escaping);
+* **URLs**: credentials in the userinfo (``https://user:pass@host``, ``https://TOKEN@host``)
+  and sensitive query parameters (``?key=…&sig=…``);
+* **headers**: ``Authorization``, bearer/basic tokens, ``Cookie``/``Set-Cookie`` lines;
+* **well-known token formats**: provider keys (``sk-…``), AWS, GitHub, Slack, JWTs;
+* **a value cut by clipping**: the token just before a ``… [truncated N chars]`` marker may
+  be the prefix of a secret the patterns no longer recognise, so it is masked;
+
+plus any regex the operator adds with ``ORCH_REDACT_PATTERNS``.
+
+Every built-in pattern runs in linear time: words are matched whole with possessive
+quantifiers and anchored at their start, so no text — ``"api key: " + "a-" * 16000``
+included — can make the regex engine backtrack (a redactor on the event loop that takes
+seconds stalls every step of every run).
 
 Redaction is applied at the point where text leaves the engine (span attributes and
-events, log records, debug-store records); the caller's own ``RunResult`` is left as it is.
+events, log records, debug-store records, reprs, CLI output); the caller's own
+``RunResult`` is left as it is.
 """
 
 from __future__ import annotations
@@ -16,12 +35,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlsplit
 
 if TYPE_CHECKING:
     from orchestration.catalog import Catalog
     from orchestration.config import OrchestratorConfig
 
-__all__ = ["DEFAULT_REDACTOR", "MASK", "SENSITIVE_NAME", "Redactor", "secret_header_values"]
+__all__ = ["DEFAULT_REDACTOR", "MASK", "SENSITIVE_NAME", "Redactor", "redact_url",
+           "secret_header_values", "secret_url_parts"]
 
 MASK = "[REDACTED]"
 
@@ -30,80 +51,165 @@ SENSITIVE_NAME = re.compile(
     r"(?i)(authorization|api[_-]?key|apikey|access[_-]?key|secret|token(?!s)|password|passwd|"
     r"cookie|credential|private[_-]?key|session[_-]?id|signature)"
 )
+# Query parameters whose short names mark a secret only inside a URL.
+_SENSITIVE_QUERY_NAMES = frozenset({"key", "sig", "code", "auth", "pwd", "pass", "sid", "state",
+                                    "client_secret", "x-amz-signature", "x-amz-credential"})
 
-# (pattern, replacement) pairs. Replacements keep the label so a reader still sees *what*
-# was there; group 1 is always the part that is kept.
-_BUILTIN: tuple[tuple[str, str], ...] = (
-    # "Authorization: Bearer abc", "authorization": "Basic xyz" (header text and JSON)
-    (r"(?i)(\bauthorization[\"']?\s*[:=]\s*[\"']?)[^\"'\r\n,}]+", rf"\1{MASK}"),
-    # any remaining bearer/basic token
-    (r"(?i)(\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{4,}", rf"\1{MASK}"),
-    # api_key=..., "token": "...", password: ... (query strings, JSON, prose)
-    (
-        r"(?i)(\b[\w-]*(?:api[_-]?key|apikey|access[_-]?key|secret|token(?!s)|password|passwd)"
-        r"[\w-]*[\"']?\s*[:=]\s*[\"']?)(?![{\[])[^\s\"'&,;}\]]+",
-        rf"\1{MASK}",
-    ),
-    # provider keys: OpenAI / Anthropic style sk-..., sk-ant-..., sk-proj-...
-    (r"\bsk-[A-Za-z0-9_-]{8,}", MASK),
-    # AWS access key ids, GitHub and Slack tokens, JWTs
-    (r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b", MASK),
-    (r"\bgh[pousr]_[A-Za-z0-9]{20,}\b", MASK),
-    (r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b", MASK),
-    (r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\b", MASK),
+# --- the shapes (each pattern is linear: see the module docstring) ------------------------
+
+# "Authorization: Bearer abc", "authorization": "Basic xyz" (header text and plain JSON)
+_AUTHORIZATION = re.compile(r"(?i)(\bauthorization[\"']?\s*+[:=]\s*+[\"']?)[^\"'\r\n,}]++")
+# any remaining bearer/basic token
+_SCHEME_TOKEN = re.compile(r"(?i)(\b(?:bearer|basic)\s++)[A-Za-z0-9._~+/=-]{4,}+")
+# Cookie / Set-Cookie header lines: every cookie on the line
+_COOKIE_LINE = re.compile(r"(?im)((?<![\w-])(?:set-)?cookie[\"']?\s*+:\s*+)[^\r\n]++")
+# key = value, key: value, "key": "value", \"key\": \"value\" ...: the key is a whole word
+# (matched possessively from its first character), the value unquoted, quoted, or quoted
+# one or more JSON-encodings deep (a run of backslashes before the quote ends it)
+_PAIR = re.compile(
+    r"(?<![\w-])(?P<key>[\w-]++)"
+    r"(?P<sep>(?:\\*+[\"'])?\s*+[:=]\s*+)"
+    r"(?P<val>\\*+\"(?:[^\"\\\n]++|\\++(?!\"))*+"
+    r"|\\*+'[^'\n]*+"
+    r"|(?![{\[])[^\s\"'\\&,;}\]]++)"
 )
-_BUILTIN_COMPILED = tuple((re.compile(p), r) for p, r in _BUILTIN)
-# Every built-in pattern needs one of these (lower-cased) substrings: text without any
-# of them — most text — skips the regexes (plain substring search is far cheaper).
-_TRIGGERS = ("authoriz", "bearer", "basic", "key", "secret", "token", "passw", "sk-", "akia",
-             "asia", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "xox", "eyj")
+# scheme://userinfo@ — the userinfo masked whole (a token may be the user name)
+_URL_USERINFO = re.compile(
+    r"(?<![A-Za-z0-9+.-])(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*+://)(?P<userinfo>[^\s/?#@\"'<>\\]++)@")
+# ?name=value / &name=value in URLs
+_QUERY_PAIR = re.compile(r"(?<=[?&;])(?P<key>[A-Za-z0-9_.~%\[\]-]++)=(?P<val>[^&#\s\"'<>\\]++)")
+# the token a clip cut, just before its "… [truncated N chars]" marker
+_CUT_TOKEN = re.compile(
+    r"(?<![^\s…])[^\s…]{4,}+(?=…\s\[[^\]\n]{0,40}?truncated\s\d++\schars\])")
+_TOKEN_FORMATS: tuple[re.Pattern[str], ...] = (
+    re.compile(r"\bsk-[A-Za-z0-9_-]{8,}+"),  # OpenAI / Anthropic style sk-, sk-ant-, sk-proj-
+    re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),  # AWS access key ids
+    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}+\b"),  # GitHub
+    re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}+\b"),  # Slack
+    re.compile(r"\beyJ[A-Za-z0-9_-]{5,}+\.eyJ[A-Za-z0-9_-]{5,}+\.[A-Za-z0-9_-]{5,}+"),  # JWT
+)
+
+# Every shape needs one of these (lower-cased) substrings: text without any of them —
+# most text — skips the regexes (plain substring search is far cheaper).
+_PAIR_TRIGGERS = ("authoriz", "key", "secret", "token", "passw", "cookie", "credential",
+                  "session", "signature")
+_TOKEN_TRIGGERS = ("bearer", "basic", "sk-", "akia", "asia", "ghp_", "gho_", "ghu_", "ghs_",
+                   "ghr_", "xox", "eyj")
+
+
+def _is_sensitive_key(key: str) -> bool:
+    return bool(SENSITIVE_NAME.search(key))
+
+
+def _mask_pair(match: re.Match[str]) -> str:
+    if not _is_sensitive_key(match["key"]):
+        return match.group(0)
+    value = match["val"]
+    opening = re.match(r"\\*[\"']", value)
+    body = value[opening.end():] if opening else value
+    if body and body.strip("*") == "":
+        return match.group(0)  # already masked by whoever wrote it ("********")
+    if not opening and body in ("null", "true", "false", "None", "REDACTED"):
+        return match.group(0)  # no secret there, and masking it would break JSON text
+    return match["key"] + match["sep"] + (opening.group(0) if opening else "") + MASK
+
+
+def _mask_query(match: re.Match[str]) -> str:
+    key = match["key"]
+    if _is_sensitive_key(key) or key.lower() in _SENSITIVE_QUERY_NAMES:
+        return f"{key}={MASK}" if match["val"] != MASK else match.group(0)
+    return match.group(0)
+
+
+def _mask_userinfo(match: re.Match[str]) -> str:
+    if match["userinfo"] in ("REDACTED:REDACTED", "REDACTED", MASK):
+        return match.group(0)  # masked already (url.full follows the HTTP conventions)
+    return f"{match['scheme']}{MASK}@"
 
 
 class Redactor:
     """Removes secrets from text and JSON-like values.
 
     ``patterns`` are extra regexes (the whole match is masked); ``literals`` are known
-    secret values (header values, API keys) masked wherever they appear verbatim.
+    secret values (header values, API keys) masked wherever they appear verbatim; a
+    ``catalog`` adds the secrets of its capabilities (header values, URL credentials and
+    sensitive query values), read again whenever the catalog changes.
     Redaction is idempotent: redacting twice gives the same text.
     """
 
-    def __init__(self, patterns: Iterable[str] = (), literals: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        patterns: Iterable[str] = (),
+        literals: Iterable[str] = (),
+        *,
+        catalog: Catalog | None = None,
+    ) -> None:
         patterns = list(patterns)
         self._extra = tuple(re.compile(p) for p in patterns)
         # a pattern with its own global flags cannot join an alternation: test it alone
         self._extra_any = (re.compile("|".join(f"(?:{p})" for p in patterns))
                            if patterns and not any(p.startswith("(?") and p[2:3].isalpha()
                                                    for p in patterns) else None)
-        # longest first, so a secret that contains another is masked whole
-        self._literals = tuple(sorted({s for s in literals if len(s) >= 4}, key=len, reverse=True))
+        self._own_literals = {s for s in literals if len(s) >= 4}
+        self._catalog = catalog
+        self._catalog_revision = -1
+        self._literals: tuple[str, ...] = ()
+        self._refresh_literals()
 
     @classmethod
     def from_config(
         cls, config: OrchestratorConfig, catalog: Catalog | None = None
     ) -> Redactor:
-        """The redactor of a run: config patterns, the LLM key, sensitive catalog headers."""
+        """The redactor of a run: config patterns, the LLM key, the catalog's secrets."""
         literals: list[str] = []
         if config.llm_api_key is not None:
             literals.append(config.llm_api_key.get_secret_value())
-        if catalog is not None:
+        return cls(config.redact_patterns, literals, catalog=catalog)
+
+    def _refresh_literals(self) -> tuple[str, ...]:
+        """The known secrets, the catalog's re-read when it changed since the last call."""
+        catalog = self._catalog
+        if catalog is None:
+            if not self._literals and self._own_literals:
+                self._literals = _longest_first(self._own_literals)
+            return self._literals
+        revision = catalog.revision
+        if revision != self._catalog_revision:
+            found = set(self._own_literals)
             for capability in catalog:
-                literals.extend(secret_header_values(capability.headers))
-        return cls(config.redact_patterns, literals)
+                found.update(secret_header_values(capability.headers))
+                if capability.url:
+                    found.update(secret_url_parts(capability.url))
+            self._literals = _longest_first({s for s in found if len(s) >= 4})
+            self._catalog_revision = revision
+        return self._literals
 
     def redact(self, text: str) -> str:
         """``text`` with every secret replaced by ``[REDACTED]``."""
         if not text:
             return text
-        for literal in self._literals:
+        for literal in self._refresh_literals():
             if literal in text:
                 text = text.replace(literal, MASK)
         lowered = text.lower()
-        if any(trigger in lowered for trigger in _TRIGGERS):
-            for pattern, replacement in _BUILTIN_COMPILED:
-                text = pattern.sub(replacement, text)
-        if self._extra and (self._extra_any is None or self._extra_any.search(text)):
-            for pattern in self._extra:
+        if any(trigger in lowered for trigger in _PAIR_TRIGGERS):
+            text = _AUTHORIZATION.sub(rf"\1{MASK}", text)
+            if "cookie" in lowered:
+                text = _COOKIE_LINE.sub(rf"\1{MASK}", text)
+            text = _PAIR.sub(_mask_pair, text)
+        if "://" in text and "@" in text:
+            text = _URL_USERINFO.sub(_mask_userinfo, text)
+        if "=" in text and ("?" in text or "&" in text):
+            text = _QUERY_PAIR.sub(_mask_query, text)
+        if any(trigger in lowered for trigger in _TOKEN_TRIGGERS):
+            text = _SCHEME_TOKEN.sub(rf"\1{MASK}", text)
+            for pattern in _TOKEN_FORMATS:
                 text = pattern.sub(MASK, text)
+        if "truncated" in text:
+            text = _CUT_TOKEN.sub(MASK, text)
+        if self._extra and (self._extra_any is None or self._extra_any.search(text)):
+            for extra in self._extra:
+                text = extra.sub(MASK, text)
         return text
 
     def redact_value(self, value: Any) -> Any:
@@ -121,6 +227,11 @@ class Redactor:
         return value
 
 
+def _longest_first(literals: Iterable[str]) -> tuple[str, ...]:
+    # longest first, so a secret that contains another is masked whole
+    return tuple(sorted(set(literals), key=len, reverse=True))
+
+
 def secret_header_values(headers: Mapping[str, str]) -> list[str]:
     """Values of headers whose names mark them as credentials (and their bare tokens)."""
     out: list[str] = []
@@ -132,6 +243,29 @@ def secret_header_values(headers: Mapping[str, str]) -> list[str]:
         if token and scheme.lower() in ("bearer", "basic", "token", "apikey"):
             out.append(token.strip())
     return out
+
+
+def secret_url_parts(url: str) -> list[str]:
+    """The secrets a URL carries: its userinfo (user and password) and the values of
+    sensitive query parameters — known values, masked wherever a message repeats them."""
+    try:
+        parts = urlsplit(url)
+        found: list[str] = []
+        if parts.password:
+            found.append(parts.password)
+        elif parts.username and len(parts.username) >= 12:  # a token used as the user name
+            found.append(parts.username)
+        for key, value in parse_qsl(parts.query, keep_blank_values=False):
+            if value and (_is_sensitive_key(key) or key.lower() in _SENSITIVE_QUERY_NAMES):
+                found.append(value)
+    except ValueError:  # an unparsable URL: the patterns still mask what they recognise
+        return []
+    return found
+
+
+def redact_url(url: str, redactor: Redactor | None = None) -> str:
+    """``url`` as it may be shown: credentials and sensitive query values masked."""
+    return (redactor or DEFAULT_REDACTOR).redact(url)
 
 
 DEFAULT_REDACTOR = Redactor()

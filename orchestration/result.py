@@ -33,7 +33,8 @@ AttemptOutcome = Literal[
     "failed",  # the tool (or the transport) answered with an error
     "invalid",  # pre-flight validation rejected the parameters; nothing was sent
     "unbound",  # a reference could not be resolved; nothing was sent
-    "not_sent",  # a guard stopped the call (deadline, non-idempotent safety)
+    "not_sent",  # a guard stopped the call (re-send guard, deadline): it cannot have been sent
+    "cancelled",  # the deadline or the run's cancellation cut it after its request went out
 ]
 StepStatus = Literal[
     "succeeded",

@@ -8,24 +8,47 @@ the deadline is the run's own) and rebuilt where a stored run continues.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from orchestration._budget import RunBudget
 from orchestration._events import EventSink
 from orchestration._transport import ToolTransport
-from orchestration.catalog import Catalog
+from orchestration.catalog import Capability, Catalog
 from orchestration.clock import Clock
 from orchestration.config import OrchestratorConfig
 from orchestration.layer_settings import LayerSettings
 from orchestration.llm._gateway import LLMGateway
+from orchestration.result import Attempt
 from orchestration.store._recorder import RunRecorder
 from orchestration.telemetry._observer import Observer
 
-__all__ = ["AnswerDeltaConsumer", "RunServices"]
+__all__ = ["AnswerDeltaConsumer", "CallInspector", "RunServices"]
 
 AnswerDeltaConsumer = Callable[[str], Awaitable[None] | None]
 """Receives each piece of a streamed answer as it is written, in order; sync or async."""
+
+
+class CallInspector(Protocol):
+    """"The same call?" and "may it be sent again?", for code that cannot import the
+    executor (planners checking a repair plan). The executor's implementation binds and
+    coerces parameters exactly as a step would before comparing, so a call that differs
+    only in form (``"100"`` for ``100``) is the same call (see ``executors._resend``)."""
+
+    def fingerprint(
+        self, capability: Capability, params: Mapping[str, Any], outputs: Mapping[str, Any]
+    ) -> str | None:
+        """The identity of the call ``params`` make once bound to ``outputs`` and
+        coerced; None when a reference cannot be bound."""
+        ...
+
+    def resend_blocked(
+        self, capability: Capability, params: Mapping[str, Any], outputs: Mapping[str, Any],
+        history: Iterable[Attempt],
+    ) -> str | None:
+        """Why sending this call is unsafe given the attempts in ``history``, or None."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +61,8 @@ class RunServices:
     time after which nothing new starts; ``budget`` the run's budgets (LLM calls, tokens,
     cost, calls per capability), asked before every LLM and tool call. ``on_answer_delta``,
     when set, receives the answer as it is streamed (the text of ``answer_delta`` events);
-    without it the answer is asked for whole.
+    without it the answer is asked for whole. ``calls`` compares calls for the re-send
+    guard where the executor cannot be imported (None: compare raw parameters).
     """
 
     catalog: Catalog
@@ -53,3 +77,4 @@ class RunServices:
     deadline: float
     budget: RunBudget
     on_answer_delta: AnswerDeltaConsumer | None = None
+    calls: CallInspector | None = None

@@ -20,7 +20,7 @@ from typing import Any
 from orchestration import _schema
 from orchestration.catalog import Catalog
 from orchestration.errors import PlanIssue
-from orchestration.plan import Reference, Step
+from orchestration.plan import Reference, Step, path_index
 
 _MAX_FIELDS_LISTED = 15
 
@@ -78,8 +78,9 @@ def _data_problem(value: Any, ref: Reference) -> str | None:
     """Why ``ref`` cannot be read from an output that is already known, if it cannot."""
     for depth, part in enumerate(ref.path):
         here = _walked(ref, depth)
-        if isinstance(part, int) or (isinstance(value, list) and part.isdigit()):
-            index = int(part)
+        index = path_index(part)
+        if isinstance(part, int) or (isinstance(value, list) and index is not None):
+            assert index is not None
             if not isinstance(value, list):
                 return f"cannot be read: {here} is not a list"
             if index >= len(value):
@@ -111,12 +112,12 @@ def _schema_problem(schema: dict[str, Any], ref: Reference, capability: str) -> 
             return None  # alternatives or merges: too uncertain to reject anything
         here = _walked(ref, depth)
         kind = current.get("type")
-        if isinstance(part, int) or (kind == "array" and part.isdigit()):
+        index = path_index(part)
+        if isinstance(part, int) or (kind == "array" and index is not None):
             if kind not in (None, "array") and not isinstance(kind, list):
                 return f"is not in the output of {capability}: {here} is a {kind}, not a list"
             prefix = current.get("prefixItems")
-            index = int(part)
-            if isinstance(prefix, list) and index < len(prefix):
+            if index is not None and isinstance(prefix, list) and index < len(prefix):
                 current = prefix[index]
             else:
                 current = current.get("items", {})

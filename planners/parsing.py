@@ -8,20 +8,21 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from orchestration._json import extract_json
+from orchestration._json import DEFAULT_MAX_DEPTH, extract_json
 from orchestration._text import describe_validation_error
 from orchestration.capability import Capability
-from orchestration.errors import MalformedAnswer, PlanParseError
+from orchestration.errors import PlanParseError
 from orchestration.plan import STEP_ID_PATTERN, Plan
 
 __all__ = ["PLAN_RESPONSE_SCHEMA", "parse_plan", "plan_response_schema"]
 
 
-def parse_plan(text: str) -> Plan:
-    """Parse a plan from LLM output; raises :class:`PlanParseError` naming what is wrong."""
+def parse_plan(text: str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Plan:
+    """Parse a plan from LLM output; raises :class:`PlanParseError` naming what is wrong
+    (JSON nested deeper than ``max_depth`` included)."""
     try:
-        data = extract_json(text)
-    except MalformedAnswer as exc:
+        data = extract_json(text, max_depth=max_depth)
+    except ValueError as exc:  # UnreadableJSON: invalid, too deep, no JSON at all
         raise PlanParseError(str(exc)) from exc
     if isinstance(data, list):
         data = {"steps": data}

@@ -116,9 +116,9 @@ class Planner:
         catalog, config = services.catalog, services.config
 
         def accept(text: str) -> ValidatedPlan:
-            plan = _parse(text)
+            plan = _parse(text, config.max_json_depth)
             validated = _validate(lambda: validate_plan(
-                plan, catalog, max_steps=config.max_plan_steps))
+                plan, catalog, max_steps=config.max_plan_steps, max_depth=config.max_json_depth))
             if self.check_references:
                 issues = check_reference_paths(plan.steps, catalog)
                 if issues:
@@ -147,11 +147,12 @@ class Planner:
             total_limit=max(limit, config.planner_prompt_budget_chars // 4))
 
         def accept(text: str) -> RepairPlan | None:
-            plan = _parse(text)
+            plan = _parse(text, config.max_json_depth)
             if not plan.steps:
                 return None
             return _validate(lambda: validate_repair(
-                plan, catalog, situation, run.outputs, max_steps=config.max_plan_steps))
+                plan, catalog, situation, run.outputs, max_steps=config.max_plan_steps,
+                calls=services.calls, max_depth=config.max_json_depth))
 
         with services.observer.planning(run.run_id, "replan", {
             "dagwright.replan.round": situation.round,
@@ -231,9 +232,9 @@ class Planner:
         raise PlanningError(f"no valid {what} after {tries} attempt(s)", attempts)
 
 
-def _parse(text: str) -> Any:
+def _parse(text: str, max_depth: int) -> Any:
     try:
-        return parse_plan(text)
+        return parse_plan(text, max_depth=max_depth)
     except PlanParseError as exc:
         raise _Rejected(PlanFeedback("malformed", str(exc), 0)) from exc
 

@@ -2,7 +2,12 @@
 
 The repair plan holds only new steps. They may use the outputs of steps that already
 succeeded (``{{step_id.field}}``, bound from the run's outputs) but not failed or
-skipped ones, and their ids must not collide with any id the run has used. The plan the
+skipped ones, and their ids must not collide with any id the run has used. A repair
+step may not repeat the call a failed step planned, and the re-send guard holds across
+rounds: a repair step may not send again a non-idempotent call that may already have
+been processed. Both compare calls *after* binding and coercion (``"100"`` and ``100``
+are the same call), through the run's ``CallInspector`` (``RunServices.calls``), since a
+planner cannot import the executor that knows coercion. The plan the
 executor runs is a :class:`RepairPlan`: its graph holds only the new steps (so nothing
 that already ran runs again), while :meth:`RepairPlan.dependencies` and
 :meth:`RepairPlan.ancestors` still see the completed steps a new step builds on.
@@ -16,11 +21,13 @@ from typing import Any
 
 import networkx as nx
 
+from orchestration._json import DEFAULT_MAX_DEPTH
 from orchestration._text import data_block, to_json
-from orchestration.catalog import Catalog
+from orchestration.catalog import Capability, Catalog
 from orchestration.errors import PlanIssue, PlanValidationError
 from orchestration.plan import Plan, Step, ValidatedPlan, validate_plan
 from orchestration.result import StepResult
+from orchestration.services import CallInspector
 from planners._references import check_reference_paths
 
 __all__ = ["RepairPlan", "RepairSituation", "validate_repair"]
@@ -127,8 +134,14 @@ def validate_repair(
     outputs: dict[str, Any],
     *,
     max_steps: int,
+    calls: CallInspector | None = None,
+    max_depth: int = DEFAULT_MAX_DEPTH,
 ) -> RepairPlan:
-    """Check a repair plan against the catalog and the run so far; raise with every issue."""
+    """Check a repair plan against the catalog and the run so far; raise with every issue.
+
+    ``calls`` compares calls after binding and coercion (without it, raw parameters are
+    compared and the re-send guard is not applied).
+    """
     if len(plan.steps) > max_steps:
         raise PlanValidationError(
             [PlanIssue(None, f"the repair plan has {len(plan.steps)} steps; the limit is {max_steps}")])
@@ -148,28 +161,56 @@ def validate_repair(
                 issues.append(PlanIssue(
                     step.id, f"uses step {dep!r}, which {status}; only succeeded steps "
                              f"({', '.join(sorted(done)) or 'none'}) or new steps can be used"))
-    for failed_id in situation.failed:
-        failed = existing.get(failed_id)
-        if failed is None:
-            continue
-        for step in plan.steps:
-            if (step.tool, step.capability, step.params) == (failed.tool, failed.capability,
-                                                             failed.params):
-                issues.append(PlanIssue(
-                    step.id, f"repeats the call that failed in step {failed_id!r} "
-                             "(same capability, same parameters)"))
     # Structural checks on the run's steps plus the new ones: ids, catalog, references, cycles.
     combined = Plan(steps=[*existing.values(), *fresh])
     try:
-        whole = validate_plan(combined, catalog, max_steps=len(combined.steps))
+        whole = validate_plan(combined, catalog, max_steps=len(combined.steps),
+                              max_depth=max_depth)
     except PlanValidationError as exc:
         issues.extend(i for i in exc.issues if i.step_id is None or i.step_id not in existing)
         raise PlanValidationError(issues) from exc
-    issues.extend(check_reference_paths(
-        fresh, catalog, known_steps=existing, outputs={k: outputs[k] for k in done if k in outputs}))
+    known = {k: outputs[k] for k in done if k in outputs}
+    for step in fresh:
+        repeat = _repeated_call(step, catalog.get(step.tool, step.capability), situation,
+                                known, calls)
+        if repeat is not None:
+            issues.append(PlanIssue(step.id, repeat))
+    issues.extend(check_reference_paths(fresh, catalog, known_steps=existing, outputs=known))
     if issues:
         raise PlanValidationError(issues)
     ids = [s.id for s in fresh]
     graph = whole.graph.subgraph(ids).copy()
     context = whole.graph.subgraph([*done, *ids]).copy()
     return RepairPlan(Plan(steps=fresh, reasoning=plan.reasoning), graph, context, situation.round)
+
+
+def _repeated_call(
+    step: Step, capability: Capability, situation: RepairSituation,
+    outputs: dict[str, Any], calls: CallInspector | None,
+) -> str | None:
+    """Why ``step`` may not run: it makes the same call a failed step planned, or sends
+    again a call that may already have been processed; None when it may."""
+    mine = calls.fingerprint(capability, step.params, outputs) if calls is not None else None
+    for failed_id in situation.failed:
+        failed = situation.steps.get(failed_id)
+        if failed is None or (failed.tool, failed.capability) != (step.tool, step.capability):
+            continue
+        if calls is not None and mine is not None:
+            same = mine == calls.fingerprint(capability, failed.params, outputs)
+        else:
+            same = step.params == failed.params
+        if same:
+            return (f"repeats the call that failed in step {failed_id!r} (the same call once its "
+                    "parameters are bound and coerced); change what made it fail, or leave "
+                    "the step out")
+    if calls is None:
+        return None
+    for sid, result in situation.results.items():
+        if (result.tool, result.capability) != (step.tool, step.capability):
+            continue
+        blocked = calls.resend_blocked(capability, step.params, outputs, result.attempts)
+        if blocked is not None:
+            return (f"is the same call as one step {sid!r} already sent, which may have been "
+                    f"processed, and {capability.key} is not idempotent ({blocked}); "
+                    "use its result or leave the step out")
+    return None

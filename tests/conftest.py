@@ -1,4 +1,5 @@
-"""Shared fixtures: the demo tools as real HTTP servers, fresh metric registries."""
+"""Shared fixtures: the demo tools and a hostile tool as real HTTP servers, fresh metric
+registries."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from prometheus_client import CollectorRegistry
 from orchestration import Catalog
 from orchestration.demo.tools import DemoTools, start_demo_tools
 from tests.llm_servers import anthropic_server, closed_port_url, openai_server  # noqa: F401
+from tests.support.hostile_tools import HostileTool
 
 # real PostgreSQL, Temporal and Chromium fixtures (postgres_dsn, temporal_server, browser_page...)
 pytest_plugins = ["tests.support.fixtures"]
@@ -38,6 +40,20 @@ def demo_tools(demo_tools_session: DemoTools) -> Iterator[DemoTools]:
 @pytest.fixture
 def demo_catalog(demo_tools: DemoTools) -> Catalog:
     return Catalog.from_dict(demo_tools.catalog_dict(), source="demo tools")
+
+
+@pytest.fixture(scope="session")
+def hostile_tool_session() -> Iterator[HostileTool]:
+    with HostileTool() as tool:
+        yield tool
+
+
+@pytest.fixture
+def hostile_tool(hostile_tool_session: HostileTool) -> Iterator[HostileTool]:
+    """A loopback tool that answers with queued hostile behaviours (see tests/support/hostile_tools.py)."""
+    hostile_tool_session.reset()
+    yield hostile_tool_session
+    hostile_tool_session.reset()
 
 
 @pytest.fixture

@@ -21,12 +21,8 @@ What the faults mean comes from :mod:`executors.faults`.
 
 from __future__ import annotations
 
-from executors.faults import (
-    is_structured,
-    is_structured_service_error,
-    is_transport_fault,
-    resend_blocked,
-)
+from executors._resend import resend_blocked
+from executors.faults import is_structured, is_structured_service_error, is_transport_fault
 from executors.recovery import Decision, GiveUp, StepState
 from orchestration.protocol import ErrorCategory, StepError
 
@@ -60,7 +56,7 @@ class ResilienceHandler:
         if policy.max_retries == 0:
             return None  # retries are switched off for this call
         if category is not ErrorCategory.RATE_LIMIT:
-            blocked = resend_blocked(state.capability, error)
+            blocked = resend_blocked(state.capability, state.params or {}, state.attempts)
             if blocked is not None:
                 state.annotate_last_attempt(blocked)
                 return GiveUp(blocked)

@@ -31,9 +31,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from executors._binding import BindingFailure, bind_params
-from executors.faults import resend_blocked, semantic_trigger
+from executors._resend import resend_blocked
+from executors.faults import semantic_trigger
 from executors.recovery import Decision, GiveUp, StepState
-from orchestration._json import extract_object
+from orchestration._json import DEFAULT_MAX_DEPTH, extract_object
 from orchestration._text import clip, data_block, to_json
 from orchestration.errors import LLMBudgetExceeded, LLMError
 from orchestration.llm.base import LLMRequest
@@ -139,7 +140,8 @@ class SemanticRetry:
             return GiveUp(reason)
 
         try:
-            answer = parse_answer(response.content)
+            answer = parse_answer(response.content,
+                                  max_depth=state.services.config.max_json_depth)
         except ValueError as exc:
             # the reason may quote the answer (and so parameter values): it goes to the
             # step's history, not to the span
@@ -212,10 +214,12 @@ class SemanticRetry:
                 return GiveUp(f"layer 4 (semantic retry): the parameters still hold a reference "
                               f"that cannot be bound: {exc}")
             if changed:
+                # the step runner's re-send guard compares the call after coercion before
+                # sending: a change of form only ("100" for 100) is the same call
                 complete("retry", changed)
                 return Decision(params=params, layer="semantic_retry", analysis=analysis,
                                 note=f"layer 4 changed {changed} parameter(s)")
-            blocked = resend_blocked(state.capability, error)
+            blocked = resend_blocked(state.capability, failed, state.attempts)
             if blocked is not None:
                 complete("give_up")
                 state.annotate_last_attempt(blocked)
@@ -226,7 +230,7 @@ class SemanticRetry:
                             delay_s=policy.delay(number, state.retry_key),
                             note="layer 4 retries the same parameters")
 
-        blocked = resend_blocked(state.capability, error)
+        blocked = resend_blocked(state.capability, failed, state.attempts)
         if blocked is not None:
             complete("give_up")
             state.annotate_last_attempt(blocked)
@@ -257,9 +261,10 @@ class SemanticAnswer:
     is_transient_error: bool
 
 
-def parse_answer(text: str) -> SemanticAnswer:
-    """The answer in ``text``; ``ValueError`` naming what is wrong with it."""
-    data = extract_object(text)
+def parse_answer(text: str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> SemanticAnswer:
+    """The answer in ``text``; ``ValueError`` naming what is wrong with it (JSON nested
+    deeper than ``max_depth`` included)."""
+    data = extract_object(text, max_depth=max_depth)
     should_retry = data.get("should_retry")
     if not isinstance(should_retry, bool):
         raise ValueError(f"'should_retry' must be true or false, got {should_retry!r}")

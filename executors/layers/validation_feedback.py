@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError, model_v
 
 from executors.faults import correction_trigger
 from executors.recovery import Decision, GiveUp, StepState
-from orchestration._json import extract_object
+from orchestration._json import DEFAULT_MAX_DEPTH, extract_object
 from orchestration._text import clip, data_block, describe_validation_error, to_json
 from orchestration.errors import LLMError
 from orchestration.llm.base import LLMRequest
@@ -74,6 +74,7 @@ _HINTS: dict[str, str] = {
     "maximum": "the number is above the allowed maximum",
     "exclusiveMaximum": "the number must be below the stated bound",
     "pattern": "the text does not have the required form",
+    "json": "use a value JSON can carry: a finite number, valid text, not nested too deep",
     "format": "the text does not have the required format",
     "minLength": "the text is too short",
     "maxLength": "the text is too long",
@@ -119,10 +120,13 @@ class FeedbackAnswer(BaseModel):
         return self
 
 
-def parse_answer(content: str, failed_params: dict[str, Any]) -> FeedbackAnswer:
-    """The usable answer in ``content``; raises ``ValueError`` saying what is wrong with it."""
+def parse_answer(
+    content: str, failed_params: dict[str, Any], *, max_depth: int = DEFAULT_MAX_DEPTH
+) -> FeedbackAnswer:
+    """The usable answer in ``content``; raises ``ValueError`` saying what is wrong with it
+    (JSON nested deeper than ``max_depth`` included)."""
     try:
-        answer = FeedbackAnswer.model_validate(extract_object(content))
+        answer = FeedbackAnswer.model_validate(extract_object(content, max_depth=max_depth))
     except ValidationError as exc:
         problems = describe_validation_error(exc, root="answer")
         raise ValueError(f"the answer does not have the required shape ({problems})") from exc
@@ -176,7 +180,8 @@ class ValidationFeedback:
                 self._record_verdict(state, error, "llm_error", str(exc))
                 return None
             try:
-                answer = parse_answer(response.content, state.params)
+                answer = parse_answer(response.content, state.params,
+                                      max_depth=services.config.max_json_depth)
             except ValueError as exc:
                 self._failed(state, "unusable_answer", number, budget)
                 unusable.append(str(exc))

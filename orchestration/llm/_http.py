@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from orchestration._json import UnreadableJSON, decode, is_limit
 from orchestration._text import clip
 from orchestration.errors import LLMError, LLMErrorKind
 from orchestration.protocol import parse_retry_after
@@ -66,7 +67,7 @@ def provider_error_message(body_text: str) -> str | None:
     string; older vLLM puts ``message`` at the top level; FastAPI-based servers ``detail``.
     """
     try:
-        body = json.loads(body_text)
+        body = decode(body_text)
     except ValueError:
         return None
     if not isinstance(body, dict):
@@ -212,10 +213,11 @@ def json_object_body(
 ) -> dict[str, Any]:
     """The body of a 2xx answer as a JSON object, or a MALFORMED :class:`LLMError`."""
     try:
-        data = response.json()
-    except ValueError:
+        data = decode(response.content)  # bounded: a provider's body is input like any other
+    except UnreadableJSON as exc:
         content_type = response.headers.get("content-type", "no content type")
-        reason = f"answer is not JSON ({content_type})"
+        reason = (f"answer is not JSON ({content_type})" if not is_limit(exc)
+                  else f"answer holds {exc}")
         raise malformed(response, reason, provider, secret) from None
     if not isinstance(data, dict):
         raise malformed(response, "answer is not a JSON object", provider, secret)

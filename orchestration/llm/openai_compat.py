@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import httpx
 
+from orchestration._json import decode
 from orchestration.errors import LLMError, LLMErrorKind
 from orchestration.llm._http import (
     HTTPLLMClient,
@@ -461,7 +462,7 @@ def _rejects_response_format(response: httpx.Response) -> bool:
     if response.status_code not in (400, 422):
         return False
     try:
-        body = response.json()
+        body = decode(response.content)
     except ValueError:
         body = None
     if isinstance(body, dict):

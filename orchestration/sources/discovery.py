@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from orchestration._json import decode
 from orchestration.errors import CatalogError
 from orchestration.sources import SourceListing
 
@@ -59,7 +60,7 @@ class DiscoverySource:
         try:
             resp = client.get(url)
             resp.raise_for_status()
-            desc = resp.json()
+            desc = decode(resp.content)  # bounded, like every tool body
         except (httpx.HTTPError, ValueError) as exc:
             raise CatalogError(f"cannot discover tool at {url}: {exc}") from exc
         if isinstance(desc, dict) and isinstance(desc.get("data"), dict):

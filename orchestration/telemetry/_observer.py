@@ -19,6 +19,10 @@ Layers report their decisions as named facts (``state.report("transient_override
 {...})``); :data:`LAYER_EVENT_METRICS` says which Prometheus metric each one also counts,
 and every fact is counted in the OTel ``dagwright.layer.events`` under its layer
 (:data:`FACT_LAYERS`).
+
+Text the observer shortens is redacted *before* it is cut (:meth:`Observer.shown`): cut
+first, a secret could lose the part a pattern or a known value needs to be recognised,
+and its prefix would reach the span or the log.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from orchestration._text import clip
 from orchestration._version import __version__
 from orchestration.errors import LLMError
 from orchestration.logging_setup import get_logger, log_context
@@ -125,6 +130,10 @@ class Observer:
         self.redactor = redactor
         self.provider = provider
         self.model = model
+
+    def shown(self, text: str | None, limit: int) -> str | None:
+        """``text`` as a sink may show it: redacted, then clipped to ``limit``."""
+        return clip(self.redactor.redact(text), limit) if text else text
 
     # --- runs -----------------------------------------------------------------------------
     @contextmanager
@@ -262,7 +271,7 @@ class RunObservation:
             span.set_status(Status(StatusCode.ERROR, state.error or state.status))
             span.set_attribute(attr.ERROR_TYPE, _run_error_type(state))
         duration = time.perf_counter() - self._started
-        _log_run_end(state, duration)
+        _log_run_end(state, duration, self._observer)
         metrics = self._observer.metrics
         metrics.runs.labels(state.status).inc()
         metrics.run_duration.labels(state.status).observe(duration)
@@ -296,7 +305,7 @@ class PlanningObservation:
         """One planner call and what became of its answer."""
         attr.add_event(self.span, "plan_attempt", {
             attr.ATTEMPT: number, attr.PURPOSE: self.purpose, "outcome": outcome,
-            "reason": kind, "error": error[:_EVENT_TEXT_LIMIT] if error else None,
+            "reason": kind, "error": self._observer.shown(error, _EVENT_TEXT_LIMIT),
             "finish_reason": finish_reason, "will_retry": will_retry,
         })
         if will_retry:
@@ -369,7 +378,7 @@ class StepObservation:
         ) as span:
             if cap.function is None:
                 propagate.inject(headers)
-            observation = CallObservation(span, http=cap.url is not None)
+            observation = CallObservation(span, self._observer, http=cap.url is not None)
             yield observation
             self._called(observation.result)
 
@@ -406,8 +415,9 @@ class StepObservation:
 class CallObservation:
     """A tool call's span; :meth:`answered` records what came back."""
 
-    def __init__(self, span: Span, *, http: bool) -> None:
+    def __init__(self, span: Span, observer: Observer, *, http: bool) -> None:
         self.span = span
+        self._observer = observer
         self.http = http
         self.result: CallResult | None = None
 
@@ -421,7 +431,8 @@ class CallObservation:
         if self.http and status is not None:
             self.span.set_attribute(attr.HTTP_RESPONSE_STATUS_CODE, status)
         if error is not None:
-            self.span.set_status(Status(StatusCode.ERROR, error.message[:200]))
+            self.span.set_status(Status(StatusCode.ERROR,
+                                        self._observer.shown(error.message, 200)))
             http_error = self.http and status is not None and status >= 400
             self.span.set_attribute(attr.ERROR_TYPE, str(status) if http_error
                                     else error.category.value)
@@ -499,14 +510,14 @@ def _run_error_type(state: RunState) -> str:
     return "steps_failed" if state.status == "failed" else "partial"
 
 
-def _log_run_end(state: RunState, duration_s: float) -> None:
+def _log_run_end(state: RunState, duration_s: float, observer: Observer) -> None:
     """One line per failed step (its id on the record), then the run's outcome."""
     for step in state.steps.values():
         if step.status == "failed" and step.error is not None:
             error = step.error
             log.warning(
                 "step %s failed: %s/%s after %d attempt(s): %s", step.id, error.category.value,
-                error.code, len(step.attempts), error.message[:300],
+                error.code, len(step.attempts), observer.shown(error.message, 300),
                 extra={"step_id": step.id, "capability": f"{step.tool}.{step.capability}",
                        "category": error.category.value, "code": error.code,
                        "attempts": len(step.attempts), "gave_up": error.details.get("gave_up")},
@@ -522,5 +533,5 @@ def _log_run_end(state: RunState, duration_s: float) -> None:
         extra={"status": state.status, "duration_ms": round(duration_s * 1000, 1),
                "steps": counts, "llm_calls": usage.llm_calls,
                "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
-               "error": (state.error or "")[:300] or None},
+               "error": observer.shown(state.error, 300) or None},
     )

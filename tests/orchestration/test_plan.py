@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 import pytest
+from prometheus_client import CollectorRegistry
 
-from orchestration import Catalog, Plan, PlanParseError, PlanValidationError, validate_plan
+from orchestration import (
+    Catalog,
+    Orchestrator,
+    OrchestratorConfig,
+    Plan,
+    PlanParseError,
+    PlanValidationError,
+    ScriptedLLM,
+    validate_plan,
+)
 from planners import parse_plan
 
 
@@ -118,3 +128,42 @@ def test_bad_per_step_retry_override_is_a_plan_issue(catalog: Catalog) -> None:
     with pytest.raises(PlanValidationError, match=r"step 'a': retry: unknown retry setting\(s\) 'max_tries'"):
         validate_plan(plan_of({"id": "a", "tool": "t", "capability": "a",
                                "retry": {"max_tries": 3}}), catalog)
+
+
+# --- hostile plans: a plan issue or a failed run, never an exception ----------------------
+
+@pytest.mark.parametrize("bad", [
+    {"steps": 5}, {"steps": [{"id": "a"}]}, {"steps": [{"id": "1bad", "tool": "t",
+                                                         "capability": "a"}]},
+    [1, 2], "not a plan", {"steps": [{"id": "a", "tool": "t", "capability": "a", "params": 3}]},
+], ids=["steps-int", "step-missing-fields", "bad-id", "list", "string", "params-int"])
+async def test_a_bad_plan_argument_fails_the_run_naming_the_problem(
+    catalog: Catalog, bad: object,
+) -> None:
+    orch = Orchestrator(catalog=catalog, llm=ScriptedLLM([]), registry=CollectorRegistry(),
+                        config=OrchestratorConfig(synthesis_enabled=False))
+    result = await orch.arun("q", plan=bad)  # type: ignore[arg-type]
+    assert result.status == "failed"
+    assert result.error is not None and result.error.startswith("the plan given with plan= is invalid")
+    assert result.steps == {}
+
+
+def test_a_reference_with_a_huge_index_is_a_plan_issue(catalog: Catalog) -> None:
+    huge = "{{x[" + "9" * 5000 + "]}}"
+    with pytest.raises(PlanValidationError, match="index") as info:
+        validate_plan(plan_of({"id": "x", "tool": "t", "capability": "a"},
+                              {"id": "y", "tool": "t", "capability": "b", "params": {"v": huge}}),
+                      catalog)
+    assert info.value.issues[0].step_id == "y"
+
+
+def test_a_planner_answer_with_a_huge_index_is_fed_back(catalog: Catalog) -> None:
+    huge = "{{x[" + "9" * 5000 + "]}}"
+    bad = {"steps": [{"id": "x", "tool": "t", "capability": "a"},
+                     {"id": "y", "tool": "t", "capability": "b", "params": {"v": huge}}]}
+    good = {"steps": [{"id": "x", "tool": "t", "capability": "a"}]}
+    llm = ScriptedLLM([bad, good])
+    result = Orchestrator(catalog=catalog, llm=llm, registry=CollectorRegistry(),
+                          config=OrchestratorConfig(synthesis_enabled=False)).run("q")
+    assert result.status == "succeeded", result.error
+    assert "index" in llm.requests[1].messages[-1]["content"]

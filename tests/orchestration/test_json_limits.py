@@ -1,0 +1,176 @@
+"""Bounded JSON: nesting depth and response size, for LLM answers, tool bodies, params and
+outputs alike (ORCH_MAX_JSON_DEPTH, ORCH_MAX_RESPONSE_BYTES).
+
+Every case goes through the public API and asserts a typed result: a run that fails or a
+step that fails with a named error — never an exception out of ``run()`` or ``to_dict()``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from orchestration import Catalog, ErrorCategory, Orchestrator, OrchestratorConfig, ScriptedLLM
+from orchestration.errors import ConfigError
+from tests.support.hostile_tools import Drip, HostileTool, Huge, Reply
+
+DEEP = "[" * 1000 + "]" * 1000
+
+
+def nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def orch(catalog: Catalog, script: Any, **config: Any) -> Orchestrator:
+    config.setdefault("synthesis_enabled", False)
+    return Orchestrator(catalog=catalog, llm=ScriptedLLM(script),
+                        config=OrchestratorConfig(**config), registry=CollectorRegistry())
+
+
+def echo_catalog(**schema: Any) -> Catalog:
+    catalog = Catalog()
+    catalog.add_function(lambda **kw: kw, tool="t", capability="echo",
+                         input_schema={"type": "object", **schema})
+    return catalog
+
+
+ECHO_PLAN = {"steps": [{"id": "a", "tool": "t", "capability": "echo", "params": {"x": 1}}]}
+
+
+# --- 1. deep nesting --------------------------------------------------------------------
+
+def test_a_deeply_nested_plan_answer_fails_the_run_with_a_typed_error() -> None:
+    result = orch(echo_catalog(), [DEEP] * 3).run("q")
+    assert result.status == "failed"
+    assert "nested deeper than" in (result.error or "")
+    json.dumps(result.to_dict())
+
+
+def test_the_depth_limit_is_named_in_the_planner_feedback() -> None:
+    llm = ScriptedLLM([DEEP, ECHO_PLAN])
+    result = Orchestrator(catalog=echo_catalog(), llm=llm, registry=CollectorRegistry(),
+                          config=OrchestratorConfig(synthesis_enabled=False)).run("q")
+    assert result.status == "succeeded"
+    assert "ORCH_MAX_JSON_DEPTH" in llm.requests[1].messages[-1]["content"]
+
+
+def test_a_deeply_nested_layer_3_answer_is_an_unusable_answer_not_a_crash() -> None:
+    catalog = echo_catalog(properties={"x": {"type": "integer"}}, required=["x"])
+    plan = {"steps": [{"id": "a", "tool": "t", "capability": "echo", "params": {"x": "abc"}}]}
+    result = orch(catalog, [plan, DEEP, DEEP], semantic_retry_enabled=False).run("q")
+    step = result.steps["a"]
+    assert step.status == "failed" and step.error is not None
+    assert step.error.code == "INVALID_PARAMETERS"  # the validation error, with layer 3's verdict
+    assert step.error.details["validation_feedback"]["verdict"] == "unusable_answers"
+    assert "nested deeper than" in step.error.details["validation_feedback"]["reason"]
+
+
+def test_a_deeply_nested_layer_4_answer_gives_up_with_a_reason() -> None:
+    catalog = echo_catalog(properties={"x": {"type": "integer"}}, required=["x"])
+    plan = {"steps": [{"id": "a", "tool": "t", "capability": "echo", "params": {"x": "abc"}}]}
+    result = orch(catalog, [plan, DEEP], validation_feedback_enabled=False).run("q")
+    step = result.steps["a"]
+    assert step.status == "failed" and step.error is not None
+    assert step.error.code == "INVALID_PARAMETERS"
+    assert "malformed" in step.error.details["gave_up"]
+    assert "nested deeper than" in step.error.details["gave_up"]
+
+
+def test_a_deeply_nested_tool_body_is_a_malformed_response(hostile_tool: HostileTool) -> None:
+    hostile_tool.queue("/deep", Reply(raw=DEEP.encode()))
+    catalog = Catalog()
+    catalog.add_http(tool="t", capability="deep", url=hostile_tool.url("/deep"))
+    plan = {"steps": [{"id": "a", "tool": "t", "capability": "deep"}]}
+    result = orch(catalog, [plan], retry_max_attempts=1).run("q")
+    error = result.steps["a"].error
+    assert error is not None
+    assert (error.category, error.code) == (ErrorCategory.INVALID_RESPONSE, "MALFORMED_RESPONSE")
+    assert "nested deeper than 64" in error.message
+    assert len(result.steps["a"].attempts) == 1
+    json.dumps(result.to_dict())
+
+
+def test_plan_params_nested_too_deep_are_a_plan_issue() -> None:
+    plan = {"steps": [{"id": "a", "tool": "t", "capability": "echo", "params": {"x": nested(300)}}]}
+    result = orch(echo_catalog(), []).run("q", plan=plan)
+    assert result.status == "failed"
+    assert "step 'a'" in (result.error or "") and "nested deeper than" in (result.error or "")
+    json.dumps(result.to_dict())
+
+
+def test_a_python_tool_output_nested_too_deep_fails_the_step_and_to_dict_works() -> None:
+    catalog = Catalog()
+    catalog.add_function(lambda: nested(300), tool="t", capability="deep")
+    plan = {"steps": [{"id": "a", "tool": "t", "capability": "deep"}]}
+    result = orch(catalog, []).run("q", plan=plan)
+    error = result.steps["a"].error
+    assert error is not None and error.category is ErrorCategory.INVALID_RESPONSE
+    assert "nested deeper than" in error.message
+    json.dumps(result.to_dict())
+
+
+def test_depth_within_the_limit_passes_everywhere() -> None:
+    catalog = Catalog()
+    catalog.add_function(lambda x: {"got": x}, tool="t", capability="echo")
+    plan = {"steps": [{"id": "a", "tool": "t", "capability": "echo", "params": {"x": nested(60)}}]}
+    result = orch(catalog, []).run("q", plan=plan)
+    assert result.status == "succeeded", result.error
+    assert result.to_dict()["steps"]["a"]["output"]["got"] == nested(60)
+
+
+def test_the_depth_limit_is_configurable_and_checked() -> None:
+    catalog = Catalog()
+    catalog.add_function(lambda: nested(20), tool="t", capability="deep")
+    plan = {"steps": [{"id": "a", "tool": "t", "capability": "deep"}]}
+    result = orch(catalog, [], max_json_depth=10).run("q", plan=plan)
+    assert result.steps["a"].error is not None
+    assert "ORCH_MAX_JSON_DEPTH=10" in result.steps["a"].error.message
+    with pytest.raises(ValueError, match="max_json_depth"):
+        OrchestratorConfig(max_json_depth=500)
+    assert issubclass(ConfigError, Exception)
+
+
+# --- 11. response size ------------------------------------------------------------------
+
+@pytest.mark.parametrize("announce", [True, False], ids=["content-length", "chunked"])
+def test_a_reply_over_the_size_limit_is_refused_while_it_streams(
+    hostile_tool: HostileTool, announce: bool,
+) -> None:
+    hostile_tool.queue("/huge", Huge(20_000_000, announce=announce))
+    catalog = Catalog()
+    catalog.add_http(tool="t", capability="huge", url=hostile_tool.url("/huge"), method="GET")
+    plan = {"steps": [{"id": "a", "tool": "t", "capability": "huge"}]}
+    started = time.perf_counter()
+    result = orch(catalog, [plan], max_response_bytes=1_000_000, retry_max_attempts=1).run("q")
+    error = result.steps["a"].error
+    assert error is not None
+    assert (error.category, error.code) == (ErrorCategory.INVALID_RESPONSE, "RESPONSE_TOO_LARGE")
+    assert "ORCH_MAX_RESPONSE_BYTES=1000000" in error.message
+    assert error.request_sent is True
+    assert time.perf_counter() - started < 5
+
+
+def test_a_python_tool_reply_over_the_size_limit_is_refused() -> None:
+    catalog = Catalog()
+    catalog.add_function(lambda: "x" * 20_000, tool="t", capability="big")
+    plan = {"steps": [{"id": "a", "tool": "t", "capability": "big"}]}
+    result = orch(catalog, [], max_response_bytes=10_000).run("q", plan=plan)
+    error = result.steps["a"].error
+    assert error is not None and error.code == "RESPONSE_TOO_LARGE"
+
+
+def test_a_reply_within_the_limit_is_read_whole(hostile_tool: HostileTool) -> None:
+    hostile_tool.queue("/ok", Drip(json.dumps({"v": "y" * 5000}).encode(), every_s=0, chunk=512))
+    catalog = Catalog()
+    catalog.add_http(tool="t", capability="ok", url=hostile_tool.url("/ok"), method="GET")
+    plan = {"steps": [{"id": "a", "tool": "t", "capability": "ok"}]}
+    result = orch(catalog, [plan], max_response_bytes=10_000).run("q")
+    assert result.status == "succeeded", result.error
+    assert result.steps["a"].output == {"v": "y" * 5000}
