@@ -4,6 +4,9 @@
 
     bind      executors/_binding.py   {{references}} → values from upstream outputs
     prepare   executors/_prepare.py   layer 2 coercion, then schema validation
+    ground    executors/_grounding.py a decision's claimed sources for the values it
+                                      changed, checked against what layer 2 made of them
+                                      (an unverifiable value is not sent)
     send      executors/_send.py      one call through the transport (timeout, trace
                                       context, idempotency key)
     classify  orchestration/protocol.py, orchestration/_transport.py
@@ -23,12 +26,14 @@ calls and backoff waits included.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from executors._binding import bind
-from executors._prepare import CapabilityCache, PreparedCall
+from executors._grounding import Evidence, refusal, ungrounded, verify
+from executors._prepare import CapabilityCache, PreparedCall, PreparedCapability
 from executors._send import key_for, send
 from executors.recovery import (
     Decision,
@@ -41,7 +46,7 @@ from executors.recovery import (
 from orchestration.errors import StoreError
 from orchestration.plan import Step, ValidatedPlan
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError
-from orchestration.result import Attempt, AttemptOutcome, StepResult
+from orchestration.result import Attempt, AttemptOutcome, Provenance, StepResult
 from orchestration.retry_policy import RetryPolicy
 from orchestration.services import RunServices
 from orchestration.state import RunState
@@ -168,18 +173,24 @@ class StepRunner:
         if decision.delay_s > 0:
             await self.services.clock.sleep(decision.delay_s)
         number = len(state.attempts) + 1
-        prepared = self.capabilities.get(state.capability).prepare(
-            decision.params, coerce=state.settings.type_coercion_enabled)
+        capability = self.capabilities.get(state.capability)
+        prepared = capability.prepare(decision.params, coerce=state.settings.type_coercion_enabled)
         observation = state.observation
         assert observation is not None
         if prepared.coercions:
             observation.report("type_coercion_applied", {
                 "dagwright.attempt": number, "coercion.count": len(prepared.coercions),
                 "coercion.paths": ",".join(c.path for c in prepared.coercions)})
+        provenance = self._ground(state, decision, prepared, capability, number)
         state.params = prepared.params
         if prepared.error is not None:
             observation.rejected(prepared.error)
-            return self._record(state, decision, "invalid", prepared.error, prepared), None
+            return self._record(state, decision, "invalid", prepared.error, prepared,
+                                provenance=provenance), None
+        if decision.grounding is not None and decision.grounding.enforce and ungrounded(provenance):
+            # a value nobody can trace to the request or an upstream output is not sent
+            return self._record(state, decision, "not_sent", refusal(provenance, decision.layer),
+                                prepared, provenance=provenance), None
         key = key or key_for(state, prepared.params)
         side_effect = not state.capability.is_idempotent
         recorder = self.services.recorder
@@ -198,13 +209,48 @@ class StepRunner:
                             deadline=deadline, key=key)
         outcome: AttemptOutcome = "succeeded" if result.error is None else "failed"
         attempt = self._record(state, decision, outcome, result.error, prepared,
-                               latency_s=result.latency_s)
+                               latency_s=result.latency_s, provenance=provenance)
         if side_effect:
             try:
                 await recorder.call_finished(state.step.id, attempt, result.data)
             except StoreError as exc:  # the call happened: go on, the run reports the store
                 recorder.failure = recorder.failure or exc
         return attempt, result.data
+
+    @staticmethod
+    def _ground(
+        state: StepState, decision: Decision, prepared: PreparedCall,
+        capability: PreparedCapability, number: int,
+    ) -> dict[str, Provenance]:
+        """The ground stage (between prepare and send): check every source a decision
+        claims for its changed parameters against the value layer 2 made of it, and
+        report each verdict (``correction_grounded`` / ``correction_ungrounded``)."""
+        grounding = decision.grounding
+        if grounding is None:
+            return {}
+        failed = state.last_attempt.error if state.last_attempt is not None else None
+        evidence = Evidence(query=state.run.query, tool_error=_tool_error_text(failed),
+                            upstream=state.dependency_outputs())
+        coerce = state.settings.type_coercion_enabled
+
+        def as_sent(param: str, value: Any) -> Any:
+            if not coerce:
+                return value
+            trial = {**prepared.params, param: value}
+            coerced = capability.coercer.coerce(trial).value
+            return coerced.get(param, value) if isinstance(coerced, dict) else value
+
+        verdicts = verify(grounding, prepared.params, evidence, as_sent)
+        for param, verdict in verdicts.items():
+            base = {"dagwright.attempt": number, "dagwright.layer": decision.layer,
+                    "param": param, "provenance.kind": verdict.kind}
+            if verdict.grounded:
+                state.report("correction_grounded", base)
+            else:
+                # the reason only: the detail quotes values, which stay out of telemetry
+                state.report("correction_ungrounded", {
+                    **base, "reason": verdict.reason, "enforced": grounding.enforce})
+        return verdicts
 
     @staticmethod
     def _record(
@@ -215,6 +261,7 @@ class StepRunner:
         prepared: PreparedCall | None = None,
         *,
         latency_s: float = 0.0,
+        provenance: dict[str, Provenance] | None = None,
     ) -> Attempt:
         """Build the attempt of ``decision`` and add it to the step's history: the one
         place attempts are made."""
@@ -224,7 +271,7 @@ class StepRunner:
             outcome=outcome, error=error, latency_s=latency_s, delay_s=decision.delay_s,
             coercions=prepared.coercions if prepared is not None else [],
             validation_errors=[i.to_dict() for i in prepared.issues] if prepared else [],
-            analysis=decision.analysis, note=decision.note,
+            analysis=decision.analysis, note=decision.note, provenance=provenance or {},
         )
         state.attempts.append(attempt)
         return attempt
@@ -239,6 +286,15 @@ class StepRunner:
                     "attempt(s)",
             source=ErrorSource.ENGINE, retryable=False,
         )
+
+
+def _tool_error_text(error: StepError | None) -> str:
+    """The text of an error the tool itself sent (what a ``tool_hint`` may quote); empty
+    for the engine's own errors (validation, binding), which only echo the parameters."""
+    if error is None or error.source not in (ErrorSource.ENVELOPE, ErrorSource.HTTP_STATUS,
+                                             ErrorSource.RAISED):
+        return ""
+    return f"{error.message}\n{json.dumps(error.details, ensure_ascii=False, default=str)}"
 
 
 def _final_error(error: StepError, verdict: GiveUp | None) -> StepError:

@@ -84,6 +84,14 @@ class Metrics:
             "orchestration_transient_override",
             "Layer 4 declared an error transient, overriding retryable=false.", list(_TC),
             registry=r)
+        self.corrections_grounded = Counter(
+            "orchestration_corrections_grounded",
+            "Corrected parameter values whose claimed source the engine verified, by kind "
+            "(query, upstream, derived, tool_hint, removed).", [*_TC, "kind"], registry=r)
+        self.corrections_ungrounded = Counter(
+            "orchestration_corrections_ungrounded",
+            "Corrected parameter values whose source could not be verified (not sent unless "
+            "grounded_corrections is off), by reason.", [*_TC, "reason"], registry=r)
         self.resilience_retries = Counter(
             "orchestration_resilience_retries",
             "Same-parameter retries after transport faults, by category.",
