@@ -8,13 +8,20 @@ hold is not sent. The rules, with the ``reason`` each refusal is recorded under:
 * ``query`` holds when the quote occurs in the user's request and the value sent is
   spelled in it: a string is a substring of the quote, a number one of the numbers the
   quote writes in digits (``1,000`` and ``2.5`` are read; "one hundred" is not a number),
-  a list has every item in it; a boolean, an object or ``null`` cannot be read off a
-  quote (``quote_not_found``, ``value_not_in_quote``, ``unsupported_type``).
+  a list has every item in it; a boolean ``true`` needs a quote that names the parameter
+  (a word of its name of four letters or more, or a longer word starting with it:
+  ``gift_wrap`` in "gift-wrapped", ``urgent`` in "urgently") and no negation, ``false``
+  one that names it with a negation ("no", "not", "without", "don't", "never"); an
+  object or ``null`` cannot be read off a quote (``quote_not_found``,
+  ``value_not_in_quote``, ``unsupported_type``).
 * ``tool_hint``: the same, against the error the tool itself sent ("did you mean ...").
 * ``upstream`` holds when the path (``geo.results[0].name``) names a step this one
   depends on, resolves in that step's output (the binder's own reader), and the value
   there — passed through layer 2 for this parameter — equals the value sent
-  (``not_upstream``, ``path_unresolved``, ``value_mismatch``).
+  (``not_upstream``, ``path_unresolved``, ``value_mismatch``). A text *template* with
+  ``{{step.path}}`` references inside (``"Order {{order.id}} placed"``) holds when every
+  reference is upstream and resolves and the text sent is the template filled in: the
+  references are checked, the words around them are the model's own composition.
 * ``derived`` holds when the arithmetic parses in the safe grammar of
   :mod:`executors._arithmetic`, every reference is an upstream number, every literal is
   a number of the request or a unit constant (:data:`UNIT_CONSTANTS`, which alone prove
@@ -44,9 +51,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from executors._arithmetic import Expression, ExpressionError
-from executors._binding import BindingFailure, resolve_reference
+from executors._binding import BindingFailure, bind_params, resolve_reference
 from executors.recovery import Claim, Grounding
-from orchestration.plan import Reference, whole_reference
+from orchestration.plan import Reference, parse_references, whole_reference
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError
 from orchestration.result import Provenance, ProvenanceKind
 
@@ -63,6 +70,9 @@ ABS_TOL = 1e-9
 MIN_ROUNDING_DECIMALS = 2
 
 CLAIM_KINDS = frozenset({"query", "tool_hint", "upstream", "derived"})
+_NEGATION_RE = re.compile(r"\b(?:no|not|without|never|don't|dont|non)\b")
+_GENERIC_NAME_WORDS = frozenset({"include", "enable", "enabled", "show", "with", "allow", "flag",
+                                 "use", "has", "is"})
 _NUMBER_RE = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\d])")
 _SPACE_RE = re.compile(r"\s+")
 
@@ -155,7 +165,7 @@ def _verify_one(param: str, claim: Claim, value: Any, evidence: Evidence, as_sen
         return _refused("none", text, "invalid_claim", detail)
     if kind in ("query", "tool_hint"):
         haystack = evidence.query if kind == "query" else evidence.tool_error
-        return _verify_quote(kind, text, haystack, value)  # type: ignore[arg-type]
+        return _verify_quote(kind, text, haystack, value, param)  # type: ignore[arg-type]
     if kind == "upstream":
         return _verify_path(param, text, value, evidence, as_sent)
     return _verify_expression(param, text, value, evidence, as_sent)
@@ -167,12 +177,13 @@ def _refused(kind: ProvenanceKind, source: str | None, reason: str, detail: str,
                       detail=detail)
 
 
-def _verify_quote(kind: ProvenanceKind, quote: str, haystack: str, value: Any) -> Provenance:
+def _verify_quote(kind: ProvenanceKind, quote: str, haystack: str, value: Any,
+                  param: str) -> Provenance:
     where = "the user's request" if kind == "query" else "the tool's error"
     wanted = normalise(quote)
     if wanted not in normalise(haystack):
         return _refused(kind, quote, "quote_not_found", f"{quote!r} does not occur in {where}")
-    problem = _spelled_in(value, wanted)
+    problem = _flag_in(param, value, wanted) if isinstance(value, bool) else _spelled_in(value, wanted)
     if problem is not None:
         reason, detail = problem
         return _refused(kind, quote, reason, detail)
@@ -180,12 +191,28 @@ def _verify_quote(kind: ProvenanceKind, quote: str, haystack: str, value: Any) -
                       detail=f"the value is written in {where}")
 
 
+def _flag_in(param: str, value: bool, quote: str) -> tuple[str, str] | None:
+    """None when the (normalised) quote names the flag ``param`` and says ``value``:
+    without a negation for true, with one for false."""
+    names = [w for w in re.split(r"[_\W]+", param.casefold())
+             if len(w) >= 4 and w not in _GENERIC_NAME_WORDS]
+    words = re.findall(r"[a-z0-9]+", quote)
+    if not names or not any(word.startswith(name) for name in names for word in words):
+        return ("value_not_in_quote", f"the quote does not name {param!r}")
+    negated = _NEGATION_RE.search(quote) is not None
+    if negated != (not value):
+        return ("value_not_in_quote",
+                f"the quote {'negates' if negated else 'does not negate'} {param!r}, so it does "
+                f"not say {str(value).lower()}")
+    return None
+
+
 def _spelled_in(value: Any, quote: str) -> tuple[str, str] | None:
     """None when ``value`` is written in the (normalised) quote, else (reason, detail)."""
-    if isinstance(value, bool) or value is None or isinstance(value, dict):
+    if value is None or isinstance(value, dict | bool):
         return ("unsupported_type",
-                f"a quote cannot show a {'boolean' if isinstance(value, bool) else type(value).__name__} "
-                "value; point at an upstream output instead")
+                f"a quote cannot show a {type(value).__name__} value inside a list or as an "
+                "object; point at an upstream output instead")
     if _is_number(value):
         if any(close(n, float(value)) for n in numbers_in(quote)):
             return None
@@ -226,6 +253,8 @@ def _resolve(ref: Reference, evidence: Evidence, param: str) -> tuple[Any, tuple
 
 def _verify_path(param: str, path: str, value: Any, evidence: Evidence, as_sent: AsSent) -> Provenance:
     ref = _reference(path)
+    if ref is None and parse_references(path):
+        return _verify_template(param, path, value, evidence)
     if ref is None:
         return _refused("upstream", path, "invalid_claim",
                         f"{path!r} is not a path such as step.field[0].name")
@@ -238,6 +267,24 @@ def _verify_path(param: str, path: str, value: Any, evidence: Evidence, as_sent:
                         f"{ref.dotted} is {found!r}, not the value sent", found)
     return Provenance(kind="upstream", source=path, value=found, grounded=True,
                       detail=f"{ref.dotted} holds the value sent")
+
+
+def _verify_template(param: str, template: str, value: Any, evidence: Evidence) -> Provenance:
+    """A text with references inside: each reference upstream and resolved, and the
+    value sent the template filled in (as the binder fills it)."""
+    for ref in parse_references(template):
+        _, problem = _resolve(ref, evidence, param)
+        if problem is not None:
+            return _refused("upstream", template, problem[0], problem[1])
+    try:
+        filled = bind_params({param: template}, evidence.upstream)[param]
+    except BindingFailure as exc:
+        return _refused("upstream", template, "path_unresolved", exc.reason)
+    if not same_value(filled, value):
+        return _refused("upstream", template, "value_mismatch",
+                        "the text sent is not the template filled in", filled)
+    return Provenance(kind="upstream", source=template, value=filled, grounded=True,
+                      detail="every reference of the template is an upstream value")
 
 
 def _verify_expression(param: str, text: str, value: Any, evidence: Evidence,

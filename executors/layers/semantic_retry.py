@@ -50,7 +50,7 @@ from orchestration._json import extract_object
 from orchestration._text import clip, data_block, to_json
 from orchestration.errors import LLMBudgetExceeded, LLMError
 from orchestration.llm.base import LLMRequest
-from orchestration.plan import whole_reference
+from orchestration.plan import parse_references, whole_reference
 from orchestration.protocol import StepError
 from orchestration.result import Attempt
 
@@ -349,7 +349,8 @@ def read_claim(entry: Any) -> Claim:
 
 def claims_for(failed: dict[str, Any], answer: SemanticAnswer) -> dict[str, Claim]:
     """A claim for every parameter the answer changes: the one it gives; a value that is
-    itself one ``{{step.path}}`` reference claims that path; otherwise no source."""
+    itself one ``{{step.path}}`` reference claims that path, a text with references inside
+    claims to be that template filled in; otherwise no source."""
     claims: dict[str, Claim] = {}
     for param, value in answer.corrected_parameters.items():
         if param in failed and failed[param] == value:
@@ -359,6 +360,8 @@ def claims_for(failed: dict[str, Any], answer: SemanticAnswer) -> dict[str, Clai
             ref = whole_reference(value)
             if ref is not None:
                 claim = Claim("upstream", ref.dotted)
+            elif parse_references(value):
+                claim = Claim("upstream", value)
         claims[param] = claim if claim is not None else Claim("none")
     return claims
 

@@ -24,7 +24,8 @@ finally fails says what layer 3 concluded.
 Layer 3 fixes *form* — types, formats, enum spellings, a name the tool's hint spells —
 and may read the user's request for that. It does not guess *content*: when the value
 the error points at is a placeholder (:func:`is_placeholder`: ``null``, ``0``, ``""``,
-an unresolved ``{{reference}}``, ``"unknown"``, ``"<amount>"`` ...) or the error says
+an unresolved ``{{reference}}`` or a call written where its result belongs,
+``"unknown"``, ``"<amount>"`` ...) or the error says
 information is missing (a ``required`` violation, "missing", "must be provided"), it
 asks no LLM and hands the step to layer 4 (verdict ``placeholder`` or
 ``missing_information``), whose answers must say where each value comes from and are
@@ -67,6 +68,8 @@ PLACEHOLDER_WORDS = frozenset({
     "?", "??", "???", "xxx", "-", "0",
 })
 """Text values (case-insensitive, trimmed) that stand for a value nobody wrote."""
+_CALL_TEXT = re.compile(r"[A-Za-z_][\w.]*\(.*\)(?:\[[^\]]+\]|\.\w+)*", re.S)
+"""A call written where its result belongs: ``quote(symbol='TSLA')['price']``."""
 _BRACKETED_NAME = re.compile(r"<[^<>]{1,40}>|\[[A-Za-z_ ]{1,40}\]|\{[A-Za-z_ ]{1,40}\}")
 _MISSING_TEXT = re.compile(
     r"\b(missing|not provided|must be provided|must be specified|no value|is required|"
@@ -76,9 +79,11 @@ _PATH_PART = re.compile(r"\.([^.\[\]]+)|\[(\d+)\]")
 
 
 def is_placeholder(value: Any) -> bool:
-    """A value that stands for "I do not know": null, 0, empty or blank text, text that
-    still holds a ``{{reference}}``, a word of :data:`PLACEHOLDER_WORDS`, or a bracketed
-    name such as ``<amount>``. ``false`` is a value, not a placeholder."""
+    """A value that stands for "I do not know": null, 0, empty or blank text, an
+    unresolved reference (text that still holds a ``{{reference}}``, or a call written
+    where its result belongs, ``quote(symbol='TSLA')['price']``), a word of
+    :data:`PLACEHOLDER_WORDS`, or a bracketed name such as ``<amount>``. ``false`` is a
+    value, not a placeholder."""
     if value is None:
         return True
     if isinstance(value, bool):
@@ -88,7 +93,8 @@ def is_placeholder(value: Any) -> bool:
     if isinstance(value, str):
         text = value.strip()
         return (not text or "{{" in text or text.casefold() in PLACEHOLDER_WORDS
-                or _BRACKETED_NAME.fullmatch(text) is not None)
+                or _BRACKETED_NAME.fullmatch(text) is not None
+                or _CALL_TEXT.fullmatch(text) is not None)
     return False
 
 

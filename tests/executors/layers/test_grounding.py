@@ -185,13 +185,26 @@ def test_a_string_and_a_list_are_grounded_item_by_item() -> None:
     assert run.world.paid[-1] == {"amount": 2, "city": "oslo", "tags": ["work", "travel"]}
 
 
-def test_a_boolean_cannot_be_read_off_a_quote() -> None:
-    run = Run("Pay for 3 tickets by express", {"amount": 0, "express": False},
-              layer4({"amount": 7.5, "express": True},
+@pytest.mark.parametrize(("query", "quote", "value", "grounded"), [
+    ("Pay for 3 tickets by express", "by express", True, True),
+    ("Pay for 3 tickets, express please", "express please", True, True),
+    ("Pay for 3 tickets, not express", "not express", False, True),
+    ("Pay for 3 tickets, not express", "not express", True, False),  # the quote negates it
+    ("Pay for 3 tickets by express", "by express", False, False),
+    ("Pay for 3 tickets quickly", "quickly", True, False),  # does not name the flag
+], ids=["named", "named-2", "negated-false", "negated-true", "unnegated-false", "unnamed"])
+def test_a_boolean_needs_a_quote_that_names_the_flag(
+    query: str, quote: str, value: bool, grounded: bool,
+) -> None:
+    run = Run(query, {"amount": 0, "express": not value},
+              layer4({"amount": 7.5, "express": value},
                      {"amount": {"kind": "derived", "expression": "3 * {{quote.price}}"},
-                      "express": {"kind": "query", "quote": "by express"}}))
-    refused(run, "unsupported_type", param="express")
-    assert run.pay.attempts[1].provenance["amount"].grounded  # one bad value stops the call
+                      "express": {"kind": "query", "quote": quote}}))
+    if grounded:
+        assert run.pay.status == "succeeded" and run.world.paid[-1]["express"] is value
+    else:
+        refused(run, "value_not_in_quote", param="express")
+        assert run.pay.attempts[1].provenance["amount"].grounded  # one bad value stops the call
 
 
 # --- paths into upstream outputs ---------------------------------------------------------------
@@ -209,6 +222,22 @@ def test_a_value_written_as_a_reference_claims_its_own_path() -> None:
     run = Run("Pay the quoted price", {"amount": 0}, layer4({"amount": "{{quote.price}}"}, None))
     assert sent(run, "upstream") == 2.5
     assert run.pay.attempts[1].provenance["amount"].source == "quote.price"
+
+
+def test_a_text_template_is_grounded_by_its_references() -> None:
+    run = Run("Pay the quoted price", {"amount": 0, "city": "?"},
+              layer4({"amount": "{{quote.price}}", "city": "Trip to {{quote.items[0].name}}"},
+                     None))
+    assert sent(run, "upstream", count=2) == 2.5
+    assert run.world.paid[-1]["city"] == "Trip to Oslo"
+    assert run.pay.attempts[1].provenance["city"].source == "Trip to {{quote.items[0].name}}"
+
+
+def test_a_template_citing_a_step_it_does_not_depend_on_is_refused() -> None:
+    run = Run("Pay the quoted price", {"amount": 0},
+              layer4({"amount": 2.5, "city": "Near {{other.note}}"},
+                     {"amount": {"kind": "upstream", "path": "quote.price"}}))
+    refused(run, "not_upstream", param="city")
 
 
 @pytest.mark.parametrize(("path", "reason"), [

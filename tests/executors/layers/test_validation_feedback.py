@@ -273,8 +273,9 @@ MISSING = object()  # the planner left the required amount out
 
 @pytest.mark.parametrize(("amount", "verdict"), [
     (0, "placeholder"), (None, "placeholder"), ("unknown", "placeholder"), ("", "placeholder"),
-    ("<amount>", "placeholder"), (MISSING, "missing_information"),
-], ids=["zero", "null", "unknown", "empty", "bracketed", "missing"])
+    ("<amount>", "placeholder"), ("quote(symbol='TSLA')['price']", "placeholder"),
+    (MISSING, "missing_information"),
+], ids=["zero", "null", "unknown", "empty", "bracketed", "call-text", "missing"])
 def test_a_placeholder_or_missing_value_is_handed_to_layer4_without_asking_the_llm(
     amount: Any, verdict: str, demo_tools: DemoTools, demo_catalog: Catalog,
     registry: CollectorRegistry, spans: tuple[TracerProvider, InMemorySpanExporter],
