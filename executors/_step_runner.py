@@ -4,6 +4,9 @@
 
     bind      executors/_binding.py   {{references}} → values from upstream outputs
     prepare   executors/_prepare.py   layer 2 coercion, then schema validation
+    ground    executors/_grounding.py a decision's claimed sources for the values it
+                                      changed, checked against what layer 2 made of them
+                                      (an unverifiable value is not sent)
     send      executors/_send.py      one call through the transport (timeout, trace
                                       context, idempotency key)
     classify  orchestration/protocol.py, orchestration/_transport.py
@@ -29,13 +32,15 @@ a non-idempotent call that may already have been processed is not sent again.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from executors._approvals import AwaitApproval, approval_reason
 from executors._binding import bind
-from executors._prepare import CapabilityCache, PreparedCall
+from executors._grounding import Evidence, refusal, ungrounded, verify
+from executors._prepare import CapabilityCache, PreparedCall, PreparedCapability
 from executors._resend import resend_blocked
 from executors._send import key_for, send
 from executors.recovery import (
@@ -50,7 +55,7 @@ from orchestration._transport import CallTrace
 from orchestration.errors import StoreError
 from orchestration.plan import Step, ValidatedPlan
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError
-from orchestration.result import Attempt, AttemptOutcome, PendingApproval, StepResult
+from orchestration.result import Attempt, AttemptOutcome, PendingApproval, Provenance, StepResult
 from orchestration.retry_policy import RetryPolicy
 from orchestration.services import RunServices
 from orchestration.state import RunState
@@ -200,7 +205,7 @@ class StepRunner:
             if attempt.outcome == "succeeded":
                 return output, None
             assert attempt.error is not None
-            if attempt.outcome == "not_sent" and previous is not None:
+            if attempt.error.code == "RESEND_BLOCKED" and previous is not None:
                 # the re-send guard stopped it: the step fails with the failure that
                 # made the call ambiguous, and why it was not sent again
                 return None, _final_error(previous, GiveUp(attempt.error.message))
@@ -229,23 +234,38 @@ class StepRunner:
         started = loop.time()
         trace = CallTrace()
         prepared: PreparedCall | None = None
+        provenance: dict[str, Provenance] = {}
         side_effect = not state.capability.is_idempotent
         recorder = self.services.recorder
         try:
             if decision.delay_s > 0:
                 await self.services.clock.sleep(decision.delay_s)
             prepared = self._prepare(state, decision)
+            provenance = self._ground(state, decision, prepared,
+                                      self.capabilities.get(state.capability),
+                                      len(state.attempts) + 1)
             if prepared.error is not None:
                 assert state.observation is not None
                 state.observation.rejected(prepared.error)
-                return self._record(state, decision, "invalid", prepared.error, prepared), None
+                return self._record(state, decision, "invalid", prepared.error, prepared,
+                                    provenance=provenance), None
+            grounding = decision.grounding
+            if grounding is not None and grounding.enforce and ungrounded(provenance):
+                # a value nobody can trace to the request or an upstream output is not sent:
+                # a person decides (ORCH_UNGROUNDED_NEEDS_APPROVAL), or the step fails
+                refused = refusal(provenance, decision.layer)
+                if self.services.config.ungrounded_needs_approval:
+                    raise AwaitApproval(prepared.params, refused.message)
+                return self._record(state, decision, "not_sent", refused, prepared,
+                                    provenance=provenance), None
             reason = approval_reason(state.capability.requires_approval, prepared.params,
                                      self.resume.approved.get(state.step.id))
             if reason is not None:
                 raise AwaitApproval(prepared.params, reason)
             blocked = self._blocked(state, prepared)
             if blocked is not None:
-                return self._record(state, decision, "not_sent", blocked, prepared), None
+                return self._record(state, decision, "not_sent", blocked, prepared,
+                                    provenance=provenance), None
             number = len(state.attempts) + 1
             key = key or key_for(state, prepared.params)
             if side_effect:
@@ -259,20 +279,21 @@ class StepRunner:
                         message=f"not sent: the call has a side effect and the run store "
                                 f"could not record it first ({exc})",
                         source=ErrorSource.ENGINE, request_sent=False)
-                    return self._record(state, decision, "not_sent", error, prepared), None
+                    return self._record(state, decision, "not_sent", error, prepared,
+                                        provenance=provenance), None
             result = await send(state, prepared.params, layer=decision.layer, number=number,
                                 deadline=deadline, key=key, trace=trace)
         except asyncio.CancelledError:
             sent = trace.dispatched
             self._record(state, decision, "cancelled" if sent else "not_sent",
                          self._interrupted_error(deadline, sent=sent), prepared,
-                         latency_s=loop.time() - started)
+                         latency_s=loop.time() - started, provenance=provenance)
             raise
         outcome: AttemptOutcome = "succeeded" if result.error is None else "failed"
         if result.error is not None and result.error.source is ErrorSource.ENGINE:
             outcome = "not_sent"  # a guard of the engine (a run budget) stopped the call
         attempt = self._record(state, decision, outcome, result.error, prepared,
-                               latency_s=result.latency_s)
+                               latency_s=result.latency_s, provenance=provenance)
         if side_effect:
             try:
                 await recorder.call_finished(state.step.id, attempt, result.data)
@@ -308,6 +329,41 @@ class StepRunner:
             retryable=False, request_sent=False,
         )
 
+    @staticmethod
+    def _ground(
+        state: StepState, decision: Decision, prepared: PreparedCall,
+        capability: PreparedCapability, number: int,
+    ) -> dict[str, Provenance]:
+        """The ground stage (between prepare and send): check every source a decision
+        claims for its changed parameters against the value layer 2 made of it, and
+        report each verdict (``correction_grounded`` / ``correction_ungrounded``)."""
+        grounding = decision.grounding
+        if grounding is None:
+            return {}
+        failed = state.last_attempt.error if state.last_attempt is not None else None
+        evidence = Evidence(query=state.run.query, tool_error=_tool_error_text(failed),
+                            upstream=state.dependency_outputs())
+        coerce = state.settings.type_coercion_enabled
+
+        def as_sent(param: str, value: Any) -> Any:
+            if not coerce:
+                return value
+            trial = {**prepared.params, param: value}
+            coerced = capability.coercer.coerce(trial).value
+            return coerced.get(param, value) if isinstance(coerced, dict) else value
+
+        verdicts = verify(grounding, prepared.params, evidence, as_sent)
+        for param, verdict in verdicts.items():
+            base = {"dagwright.attempt": number, "dagwright.layer": decision.layer,
+                    "param": param, "provenance.kind": verdict.kind}
+            if verdict.grounded:
+                state.report("correction_grounded", base)
+            else:
+                # the reason only: the detail quotes values, which stay out of telemetry
+                state.report("correction_ungrounded", {
+                    **base, "reason": verdict.reason, "enforced": grounding.enforce})
+        return verdicts
+
     def _record(
         self,
         state: StepState,
@@ -317,6 +373,7 @@ class StepRunner:
         prepared: PreparedCall | None = None,
         *,
         latency_s: float = 0.0,
+        provenance: dict[str, Provenance] | None = None,
     ) -> Attempt:
         """Build the attempt of ``decision`` and add it to the step's history: the one
         place attempts are made."""
@@ -326,7 +383,7 @@ class StepRunner:
             outcome=outcome, error=error, latency_s=latency_s, delay_s=decision.delay_s,
             coercions=prepared.coercions if prepared is not None else [],
             validation_errors=[i.to_dict() for i in prepared.issues] if prepared else [],
-            analysis=decision.analysis, note=decision.note,
+            analysis=decision.analysis, note=decision.note, provenance=provenance or {},
         )
         state.attempts.append(attempt)
         self.services.events.emit(
@@ -378,6 +435,15 @@ class StepRunner:
             category=ErrorCategory.CANCELLED, code="RUN_CANCELLED",
             message=f"the run was cancelled after {len(state.attempts)} attempt(s)",
             source=ErrorSource.ENGINE, retryable=False, request_sent=sent)
+
+
+def _tool_error_text(error: StepError | None) -> str:
+    """The text of an error the tool itself sent (what a ``tool_hint`` may quote); empty
+    for the engine's own errors (validation, binding), which only echo the parameters."""
+    if error is None or error.source not in (ErrorSource.ENVELOPE, ErrorSource.HTTP_STATUS,
+                                             ErrorSource.RAISED):
+        return ""
+    return f"{error.message}\n{json.dumps(error.details, ensure_ascii=False, default=str)}"
 
 
 def _final_error(error: StepError, verdict: GiveUp | None) -> StepError:

@@ -30,7 +30,36 @@ from orchestration.state import RunState
 if TYPE_CHECKING:
     from orchestration.telemetry._observer import StepObservation
 
-__all__ = ["Decision", "GiveUp", "RecoveryHandler", "StepState", "ask_handlers"]
+__all__ = ["Claim", "Decision", "GiveUp", "Grounding", "RecoveryHandler", "StepState",
+           "ask_handlers"]
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Where a corrected value is said to come from (checked before the call is sent).
+
+    ``kind`` is ``query`` (``text`` quotes the user's request), ``tool_hint`` (``text``
+    quotes the error the tool sent), ``upstream`` (``text`` is a path into an upstream
+    step's output, ``geo.results[0].name``), ``derived`` (``text`` is arithmetic over
+    such paths, ``100 * {{quote.price}}``), or ``none`` (no usable source; ``text`` says
+    what was wrong with the one given, if any).
+    """
+
+    kind: str
+    text: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Grounding:
+    """What the engine must check before sending a decision's parameters.
+
+    ``claims`` holds one :class:`Claim` per top-level parameter the decision changed (a
+    changed parameter without a claim is ungrounded). ``enforce`` False records the
+    verdicts but sends anyway (``grounded_corrections`` off).
+    """
+
+    claims: dict[str, Claim]
+    enforce: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +67,9 @@ class Decision:
     """Try the step again with ``params`` (produced by ``layer``) after ``delay_s``.
 
     The runner passes a decision whole to the next attempt: the parameters go through
-    coercion and validation again, the rest is recorded on the attempt.
+    coercion and validation again, then, when ``grounding`` is set, every claimed source
+    is checked against the value that would be sent (an unverifiable value is not sent);
+    the rest is recorded on the attempt.
     """
 
     params: dict[str, Any]
@@ -46,6 +77,7 @@ class Decision:
     delay_s: float = 0.0
     analysis: str | None = None
     note: str | None = None
+    grounding: Grounding | None = None
 
 
 @dataclass(frozen=True, slots=True)

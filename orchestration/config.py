@@ -177,6 +177,15 @@ class OrchestratorConfig(BaseSettings):
     semantic_retry_independent_steps: bool = Field(
         True, description="Layer 4 also for steps without dependencies."
     )
+    grounded_corrections: bool = Field(
+        True, description="Layer 4 must say where each changed value comes from (a quote of "
+        "the request or the tool's error, an upstream path, arithmetic over them); an "
+        "unverifiable value is not sent. Off: verdicts are recorded, values sent anyway.",
+    )
+    ungrounded_needs_approval: bool = Field(
+        False, description="An unverifiable corrected value pauses the step for a person "
+        "(dagwright approve/reject) instead of failing it.",
+    )
 
     # --- resilience (transport faults) --------------------------------------------
     retry_max_attempts: int = Field(3, ge=1, description="Tries of a call on transport faults.")

@@ -59,6 +59,7 @@ class LayerSettings(BaseModel):
     semantic_retry_enabled: bool = True
     semantic_retry_max_attempts: int = Field(2, ge=0)
     semantic_retry_independent_steps: bool = True
+    grounded_corrections: bool = True
 
     @classmethod
     def from_config(cls, config: OrchestratorConfig) -> LayerSettings:

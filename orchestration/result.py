@@ -15,8 +15,8 @@ from orchestration.protocol import ErrorCategory, StepError
 
 __all__ = [
     "PLAN_APPROVAL", "Approval", "Attempt", "AttemptOutcome", "BudgetExceeded", "BudgetKind",
-    "CoercionRecord", "Layer", "PendingApproval", "RunResult", "RunStatus", "RunUsage",
-    "StepResult", "StepStatus"
+    "CoercionRecord", "Layer", "PendingApproval", "Provenance", "ProvenanceKind", "RunResult",
+    "RunStatus", "RunUsage", "StepResult", "StepStatus"
 ]
 
 
@@ -95,6 +95,34 @@ class CoercionRecord(BaseModel):
     rule: str = ""
 
 
+ProvenanceKind = Literal[
+    "query",  # a quote of the user's request
+    "upstream",  # a path into the output of a step this one depends on
+    "derived",  # arithmetic over such values, e.g. 100 * {{quote.price}}
+    "tool_hint",  # a quote of the error the tool sent (its "did you mean ...")
+    "removed",  # the parameter was removed: no value to ground
+    "none",  # the answer named no source (or an unusable one)
+]
+
+
+class Provenance(BaseModel):
+    """Where one corrected parameter's value comes from, and what the engine found when it
+    checked that claim before sending (see ``executors/_grounding.py``).
+
+    ``source`` is the claim as given (the quote, the path, the expression); ``value`` what
+    the claim works out to, when it could be worked out; ``grounded`` whether it matches the
+    value sent; ``reason`` a machine-readable cause when it does not (``quote_not_found``,
+    ``value_mismatch``, ...), with ``detail`` in words.
+    """
+
+    kind: ProvenanceKind
+    source: str | None = None
+    value: Any = None
+    grounded: bool
+    reason: str | None = None
+    detail: str | None = None
+
+
 class Attempt(BaseModel):
     """One try of one step: who produced the parameters, what was sent, what came back."""
 
@@ -109,6 +137,8 @@ class Attempt(BaseModel):
     validation_errors: list[dict[str, Any]] = Field(default_factory=list)
     analysis: str | None = None
     note: str | None = None
+    provenance: dict[str, Provenance] = Field(default_factory=dict)
+    """Per corrected parameter (layer 4): the claimed source and the engine's verdict."""
 
 
 class StepResult(BaseModel):

@@ -21,6 +21,16 @@ records its verdict twice: in ``state.notes["validation_feedback"]`` for later h
 and in the failed attempt's ``error.details["validation_feedback"]``, so a step that
 finally fails says what layer 3 concluded.
 
+Layer 3 fixes *form* — types, formats, enum spellings, a name the tool's hint spells —
+and may read the user's request for that. It does not guess *content*: when the value
+the error points at is a placeholder (:func:`is_placeholder`: ``null``, ``0``, ``""``,
+an unresolved ``{{reference}}`` or a call written where its result belongs,
+``"unknown"``, ``"<amount>"`` ...) or the error says
+information is missing (a ``required`` violation, "missing", "must be provided"), it
+asks no LLM and hands the step to layer 4 (verdict ``placeholder`` or
+``missing_information``), whose answers must say where each value comes from and are
+checked before they are sent.
+
 Reported facts: every LLM request is a ``validation_feedback_started`` and ends in exactly
 one ``validation_feedback_success`` (the corrected call succeeded) or
 ``validation_feedback_failed`` (no usable correction, or the corrected call failed too);
@@ -31,6 +41,7 @@ the observer turns them into span events on the step span and the
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError, model_validator
@@ -51,6 +62,98 @@ NOTES_KEY = "validation_feedback"
 """Key of this layer's verdict in ``StepState.notes`` and in the failed error's details."""
 _COUNTER = "validation_feedback"  # StepState counter: LLM corrections asked for this step
 _ATTEMPT = "dagwright.attempt"
+
+PLACEHOLDER_WORDS = frozenset({
+    "unknown", "n/a", "na", "none", "null", "nil", "undefined", "tbd", "todo", "placeholder",
+    "?", "??", "???", "xxx", "-", "0",
+})
+"""Text values (case-insensitive, trimmed) that stand for a value nobody wrote."""
+_CALL_TEXT = re.compile(r"[A-Za-z_][\w.]*\(.*\)(?:\[[^\]]+\]|\.\w+)*", re.S)
+"""A call written where its result belongs: ``quote(symbol='TSLA')['price']``."""
+_BRACKETED_NAME = re.compile(r"<[^<>]{1,40}>|\[[A-Za-z_ ]{1,40}\]|\{[A-Za-z_ ]{1,40}\}")
+_MISSING_TEXT = re.compile(
+    r"\b(missing|not provided|must be provided|must be specified|no value|is required|"
+    r"are required|required (?:field|parameter|property))\b", re.I)
+_ERROR_FIELD_KEYS = ("field", "param", "parameter", "property")
+_PATH_PART = re.compile(r"\.([^.\[\]]+)|\[(\d+)\]")
+
+
+def is_placeholder(value: Any) -> bool:
+    """A value that stands for "I do not know": null, 0, empty or blank text, an
+    unresolved reference (text that still holds a ``{{reference}}``, or a call written
+    where its result belongs, ``quote(symbol='TSLA')['price']``), a word of
+    :data:`PLACEHOLDER_WORDS`, or a bracketed name such as ``<amount>``. ``false`` is a
+    value, not a placeholder."""
+    if value is None:
+        return True
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int | float):
+        return value == 0
+    if isinstance(value, str):
+        text = value.strip()
+        return (not text or "{{" in text or text.casefold() in PLACEHOLDER_WORDS
+                or _BRACKETED_NAME.fullmatch(text) is not None
+                or _CALL_TEXT.fullmatch(text) is not None)
+    return False
+
+
+def _at_path(params: Any, path: str) -> tuple[bool, Any]:
+    """``(found, value)`` at a ``$.a[0].b`` path of the parameters."""
+    value = params
+    for match in _PATH_PART.finditer(path):
+        key, index = match.group(1), match.group(2)
+        if key is not None and isinstance(value, dict) and key in value:
+            value = value[key]
+        elif index is not None and isinstance(value, list) and int(index) < len(value):
+            value = value[int(index)]
+        else:
+            return False, None
+    return True, value
+
+
+def handover_reason(params: dict[str, Any], error: StepError) -> tuple[str, str] | None:
+    """``(verdict, reason)`` when layer 3 must not guess and hands over to layer 4.
+
+    The value the error points at is a placeholder → ``placeholder``; a required value is
+    absent, or the tool says information is missing → ``missing_information``. The error
+    points at values through the pre-flight errors' paths, or a tool error's
+    ``field``/``param`` detail and the parameter names its message mentions.
+    """
+    pointed: list[tuple[str, Any]] = []
+    if error.category is ErrorCategory.VALIDATION_ERROR:
+        raw = error.details.get("errors")
+        for item in raw if isinstance(raw, list) else []:
+            if not isinstance(item, dict):
+                continue
+            if item.get("validator") == "required":
+                return ("missing_information",
+                        f"a required value is absent ({clip(str(item.get('message', '')), 200)}); "
+                        "it must come from the request or an upstream output, not a guess")
+            found, value = _at_path(params, str(item.get("path", "")))
+            if found:
+                pointed.append((str(item.get("path")), value))
+    else:
+        names = {str(error.details[k]) for k in _ERROR_FIELD_KEYS
+                 if isinstance(error.details.get(k), str)}
+        names |= {name for name in params
+                  if re.search(rf"(?<![\w]){re.escape(name)}(?![\w])", error.message)}
+        pointed.extend((f"$.{name}", params[name]) for name in sorted(names) if name in params)
+        if _MISSING_TEXT.search(error.message):
+            return ("missing_information",
+                    f"the tool says information is missing ({clip(error.message, 200)}); "
+                    "it must come from the request or an upstream output, not a guess")
+    holders = [path for path, value in pointed if is_placeholder(value)]
+    if holders:
+        shown = ", ".join(f"{path} = {json.dumps(_value_at(params, path), default=str)}"
+                          for path in holders)
+        return ("placeholder", f"the failed value is a placeholder ({shown}); the real value "
+                "must come from the request or an upstream output, not a guess")
+    return None
+
+
+def _value_at(params: dict[str, Any], path: str) -> Any:
+    return _at_path(params, path)[1]
 
 ANSWER_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -153,6 +256,14 @@ class ValidationFeedback:
         trigger = correction_trigger(error, settings.validation_error_patterns)
         if trigger is None or state.params is None:
             return None
+        handover = handover_reason(state.params, error)
+        if handover is not None:
+            verdict, reason = handover
+            self._record_verdict(state, error, verdict, reason, reason)
+            state.report("validation_feedback_handover", {
+                _ATTEMPT: len(state.attempts), "validation_feedback.verdict": verdict,
+                "validation_feedback.trigger": trigger, "error.code": error.code})
+            return None
         budget = settings.max_validation_retries
         if state.count(_COUNTER) >= budget:
             self._record_verdict(state, error, "exhausted",
@@ -232,6 +343,9 @@ class ValidationFeedback:
         parts = [
             f"Capability: {cap.key}",
             f"Description: {clip(cap.description or '(none)', limit)}",
+            "The user's request (you may use it to fix the form of a value, e.g. a unit or a "
+            "spelling; never to invent a value it does not give):",
+            data_block("user query", clip(state.run.query, limit)),
             "Input schema (JSON Schema):",
             data_block("input schema", to_json(cap.input_schema, limit)),
             f"This is correction {state.count(_COUNTER) + 1} of at most {budget} for this step; "
@@ -346,6 +460,6 @@ def _earlier_attempts(state: StepState, limit: int) -> str | None:
 
 
 __all__ = [
-    "ANSWER_SCHEMA", "NOTES_KEY", "PURPOSE", "FeedbackAnswer", "ValidationFeedback",
-    "parse_answer",
+    "ANSWER_SCHEMA", "NOTES_KEY", "PLACEHOLDER_WORDS", "PURPOSE", "FeedbackAnswer",
+    "ValidationFeedback", "handover_reason", "is_placeholder", "parse_answer",
 ]

@@ -39,6 +39,8 @@ def _proceeds(request: LLMRequest) -> dict[str, Any]:
     amount = round(float(shares.group(1)) * float(price.group(1)), 6)
     return {"should_retry": True, "is_transient_error": False,
             "corrected_parameters": {"amount": amount},
+            "provenance": {"amount": {"kind": "derived",
+                                      "expression": f"{shares.group(1)} * {{{{quote.price}}}}"}},
             "analysis": f"proceeds = {shares.group(1)} shares × {price.group(1)} USD = {amount}"}
 
 
@@ -54,6 +56,7 @@ def _suggested_name(request: LLMRequest) -> dict[str, Any]:
         return _no_fix("the tool suggests no other name")
     return {"should_retry": True, "is_transient_error": False,
             "corrected_parameters": {"location": match.group(1)},
+            "provenance": {"location": {"kind": "tool_hint", "quote": match.group(0)}},
             "analysis": f"the 503 carries a not-found error; the tool suggests {match.group(1)!r}"}
 
 
@@ -84,8 +87,9 @@ def layer4_scenarios() -> list[Scenario]:
         Scenario(
             name="tesla",
             query="Sell 100 Tesla shares and convert the proceeds to EUR",
-            shows="layer 4: the planner wrote amount 0, the tool refuses it, layer 3 cannot know "
-            "the amount; layer 4 computes 100 × 468.285 = 46828.5 from the query and step 1's output",
+            shows="layer 4: the planner wrote amount 0, the tool refuses it, layer 3 sees a "
+            "placeholder and does not guess; layer 4 computes 100 × 468.285 = 46828.5 and "
+            "cites it as 100 * {{quote.price}}, which the engine checks before sending",
             responders={"validation_feedback": _layer3_cannot_know, "semantic_retry": _proceeds},
             plan={"steps": [
                 {"id": "quote", "tool": "stocks", "capability": "quote",

@@ -87,6 +87,8 @@ LAYER_EVENT_METRICS: dict[str, Callable[[Metrics, Capability, Mapping[str, Any]]
     "semantic_retry_success": _count("semantic_retry_success"),
     "transient_override": _count("transient_overrides"),
     "resilience_retry": _count("resilience_retries", "error.category"),
+    "correction_grounded": _count("corrections_grounded", "provenance.kind"),
+    "correction_ungrounded": _count("corrections_ungrounded", "reason"),
 }
 """Which metric each reported layer fact also counts (facts not listed: span event only)."""
 

@@ -95,6 +95,14 @@ class Metrics:
             "orchestration_llm_cost",
             "LLM cost priced with ORCH_LLM_PRICES (the table's currency), by purpose.",
             ["purpose"], registry=r)
+        self.corrections_grounded = Counter(
+            "orchestration_corrections_grounded",
+            "Corrected parameter values whose claimed source the engine verified, by kind "
+            "(query, upstream, derived, tool_hint, removed).", [*_TC, "kind"], registry=r)
+        self.corrections_ungrounded = Counter(
+            "orchestration_corrections_ungrounded",
+            "Corrected parameter values whose source could not be verified (not sent unless "
+            "grounded_corrections is off), by reason.", [*_TC, "reason"], registry=r)
         self.resilience_retries = Counter(
             "orchestration_resilience_retries",
             "Same-parameter retries after transport faults, by category.",

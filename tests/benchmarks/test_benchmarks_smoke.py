@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import common, http_calls, recovery, scheduler, store, throughput
+from benchmarks import bfcl_rates, common, http_calls, llm_sim, recovery, scheduler, store, throughput
+from executors import coerce
 
 
 def section(report: Path, name: str) -> str:
@@ -76,9 +77,73 @@ def test_recovery_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         assert re.search(rf"{re.escape(label)}\s+correct\s+[\d.]+%", out), label
     body = section(report, "recovery")
     assert_preamble(body, "recovery")
-    assert "| 1+2+3+4 | 4 |" in body and "**Fault mix**" in body
+    assert "| real | 1+2+3+4 | 4 |" in body and "| stress | 1+2+3+4 | 4 |" in body
+    assert "**Where the rates come from.**" in body and "BFCL" in body
+    assert "**Targets** (real mix, all four layers)" in body
+    assert re.search(r"\| correct answers \| ≥ 99.5% \| [\d.]+% \[[\d.]+–[\d.]+\] \|", body)
     if "![Recovery ablation](img/recovery_ablation.png)" in body:  # matplotlib installed
         assert (tmp_path / "docs" / "img" / "recovery_ablation.png").stat().st_size > 1000
+
+
+def test_wilson_intervals_match_known_values() -> None:
+    low, high = recovery.wilson(0, 10)
+    assert low == 0.0 and round(high, 2) == 27.75
+    low, high = recovery.wilson(5, 10)
+    assert (round(low, 2), round(high, 2)) == (23.66, 76.34)
+    ratio, low, high = recovery.ratio_interval([1.0, 1.0, 3.0], [1.0, 1.0, 1.0])
+    assert ratio == 5 / 3 and low < ratio < high
+
+
+def test_injected_faults_include_forms_layer_2_cannot_fix() -> None:
+    """The simulator writes what models wrote, not the inverse of the coercion rules."""
+    catalog = recovery.build_catalog(recovery.TransientFaults(recovery.TransientRates(0, 0, 0), 0.02))
+    items = recovery.scenarios()
+    truth = {s.name: {st["id"]: st["params"] for st in s.plan["steps"]} for s in items}
+    sim = llm_sim.PlannerSimulator(catalog, items, truth, llm_sim.STRESS_MIX.scaled(4))
+    fixed, unfixed = set(), set()
+    for seed in range(12):
+        for scenario in items:
+            sim.start_run(scenario, str(seed))
+            assert sim.run is not None
+            faults = sim._draw_faults(sim.run, "")
+            for fault in faults:
+                if fault.kind not in llm_sim.FORM_KINDS:
+                    continue
+                cap = catalog.get(*next((s["tool"], s["capability"]) for s in scenario.plan["steps"]
+                                        if s["id"] == fault.step_id))
+                schema = cap.input_schema["properties"][fault.param]
+                result = coerce(fault.wrong, schema)
+                (fixed if result.value == fault.truth else unfixed).add(fault.kind)
+    assert {"bool_as_text", "enum_case"} <= fixed
+    assert {"list_for_scalar", "collection_as_text"} <= unfixed  # e.g. "east, west"
+
+
+def test_layer_1_effect_is_read_from_the_prompt_content() -> None:
+    typed = "### t.c\nparams:\n  - days: integer (required)\n  - to: \"EUR\" | \"USD\" (required)\n"
+    raw = '### t.c\ninput schema: {"properties":{"days":{"type":"integer"},"on":{"type":"boolean"}}}\n'
+    assert llm_sim.stated_type(llm_sim.capability_section(typed, "t.c"), "days") == "integer"
+    assert llm_sim.stated_type(llm_sim.capability_section(typed, "t.c"), "to") == "enum"
+    assert llm_sim.stated_type(llm_sim.capability_section(raw, "t.c"), "on") == "boolean"
+    assert llm_sim.stated_type(llm_sim.capability_section(raw, "t.c"), "gone") is None
+    rule = 'Give every value its type. boolean values are\n  true or false, never "true" or 1.'
+    assert llm_sim.rule_stated(rule, "bool_as_text") and not llm_sim.rule_stated(raw, "bool_as_text")
+
+
+def test_bfcl_rejections_are_sorted_into_the_simulated_kinds() -> None:
+    def entry(kind: str, message: str) -> dict[str, object]:
+        return {"error_type": kind, "error": [message]}
+
+    assert bfcl_rates.classify(entry(
+        "type_error:simple", "Incorrect type for parameter 'x'. Expected type boolean, got str. "
+        "Parameter value: 'True'.")) == "bool_as_text"
+    assert bfcl_rates.classify(entry(
+        "type_error:simple", "Expected type integer, got NoneType. Parameter value: None.")) == "null_value"
+    assert bfcl_rates.classify(entry(
+        "value_error:others", "Invalid value for parameter 'rate': 5.0. Expected one of [0.05].")) \
+        == "percent_scale"
+    assert bfcl_rates.classify(entry(
+        "simple_function_checker:missing_required", "Missing required parameter: 'a'.")) \
+        == "missing_required"
 
 
 def test_recovery_scenarios_and_tools_meet_the_brief() -> None:

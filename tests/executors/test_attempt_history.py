@@ -87,8 +87,10 @@ def test_a_value_json_cannot_carry_in_an_llm_answer_makes_the_answer_unusable(
 ) -> None:
     catalog = Catalog()
     catalog.add_function(lambda v: v, tool="t", capability="c",
-                         input_schema={"type": "object", **ANY_V})
-    plan = {"steps": [{"id": "a", "tool": "t", "capability": "c", "params": {}}]}
+                         input_schema={"type": "object", "required": ["v"],
+                                       "properties": {"v": {"type": "number"}}})
+    # a value of the wrong form (not a placeholder): layer 3 is asked to fix it
+    plan = {"steps": [{"id": "a", "tool": "t", "capability": "c", "params": {"v": "abc"}}]}
     nan = '{"can_fix": true, "analysis": "a", "corrected_parameters": {"v": ' + literal + "}}"
     result = Orchestrator(catalog=catalog, llm=ScriptedLLM([nan, nan]),
                           registry=CollectorRegistry(),

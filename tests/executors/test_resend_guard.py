@@ -40,6 +40,8 @@ def by_purpose(**answers: list[Any]) -> ScriptedLLM:
 
 def run(catalog: Catalog, llm: ScriptedLLM, amount: Any, **config: Any) -> Any:
     config.setdefault("synthesis_enabled", False)
+    # about the re-send guard: layer 4's sources are checked in test_grounding.py
+    config.setdefault("grounded_corrections", False)
     plan = {"steps": [{"id": "p", "tool": "bank", "capability": "pay",
                        "params": {"amount": amount}}]}
     return Orchestrator(catalog=catalog, llm=llm, registry=CollectorRegistry(),

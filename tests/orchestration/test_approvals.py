@@ -197,7 +197,7 @@ def test_changed_parameters_after_an_approval_need_a_new_one(tools: SideEffectTo
                 "corrected_parameters": {"amount": 125.0}}
 
     cfg = OrchestratorConfig(store_url="memory://", synthesis_enabled=False,
-                             validation_feedback_enabled=False)
+                             validation_feedback_enabled=False, grounded_corrections=False)
     orch = Orchestrator(catalog=catalog, llm=ScriptedLLM(answer), config=cfg)
     paused = orch.run(QUERY, plan=plan())
     again = orch.resume(paused.run_id, approvals={"pay": Approval(approved=True)})

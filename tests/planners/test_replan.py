@@ -255,7 +255,9 @@ def test_layer_4_in_a_repair_round_sees_outputs_of_earlier_rounds(registry: Coll
                 return {"should_retry": False, "is_transient_error": False,
                         "corrected_parameters": {}, "analysis": "unknown company"}
             return {"should_retry": True, "is_transient_error": False,
-                    "corrected_parameters": {"amount": 250.0}, "analysis": "the price of p"}
+                    "corrected_parameters": {"amount": 250.0}, "analysis": "the price of p",
+                    # p finished in an earlier round: its output still grounds the value
+                    "provenance": {"amount": {"kind": "upstream", "path": "p.price"}}}
         return "done"
 
     cfg = OrchestratorConfig(validation_feedback_enabled=False, synthesis_enabled=False,

@@ -106,6 +106,8 @@ def tesla_layer4(request: LLMRequest) -> dict[str, Any]:
     amount = round(shares * price, 6)
     return {"should_retry": True, "is_transient_error": False,
             "corrected_parameters": {"amount": amount},
+            "provenance": {"amount": {"kind": "derived",
+                                      "expression": f"{shares} * {{{{quote.price}}}}"}},
             "analysis": f"{shares} shares × {price} = {amount}"}
 
 
@@ -125,6 +127,10 @@ def test_tesla_proceeds_are_computed_by_layer_4_from_the_trajectory(
     assert first.message == "amount must be greater than 0"
     assert convert.attempts[1].params == {"amount": 46828.5, "from": "USD", "to": "EUR"}
     assert convert.attempts[1].analysis == "100 shares × 468.285 = 46828.5"
+    # the claimed derivation was checked before the call was sent
+    claim = convert.attempts[1].provenance["amount"]
+    assert (claim.kind, claim.source, claim.grounded) == ("derived", "100 * {{quote.price}}", True)
+    assert claim.value == pytest.approx(46828.5)
     assert convert.output["converted"] == 43082.22
     assert [r.body["amount"] for r in demo_tools["currency"].requests_to("/convert")] == [0, 46828.5]
 
@@ -139,10 +145,10 @@ def test_tesla_proceeds_are_computed_by_layer_4_from_the_trajectory(
     assert "amount must be greater than 0" in block(prompt, "ERROR")
     assert "must be > 0" in block(prompt, "INPUT_SCHEMA")
     assert set(request.response_schema["required"]) == {  # type: ignore[index]
-        "should_retry", "corrected_parameters", "analysis", "is_transient_error"}
-    # layer 3 went first and declined; its analysis reached layer 4
-    assert len(llm.requests_for("validation_feedback")) == 1
-    assert block(prompt, "LAYER_3_ANALYSIS") == "cannot know the amount from the error alone"
+        "should_retry", "corrected_parameters", "provenance", "analysis", "is_transient_error"}
+    # amount 0 is a placeholder: layer 3 did not guess, it handed the step to layer 4
+    assert llm.requests_for("validation_feedback") == []
+    assert "placeholder" in block(prompt, "LAYER_3_ANALYSIS")
 
     tc = {"tool": "currency", "capability": "convert"}
     assert metric(registry, "orchestration_semantic_retry_attempts_total", **tc) == 1
@@ -150,10 +156,13 @@ def test_tesla_proceeds_are_computed_by_layer_4_from_the_trajectory(
     assert metric(registry, "orchestration_semantic_retry_llm_latency_seconds_count") == 1
     assert metric(registry, "orchestration_semantic_retry_independent_step_total",
                   capability="convert") == 0
+    assert metric(registry, "orchestration_corrections_grounded_total", kind="derived", **tc) == 1
+    (grounded,) = events(exporter, "correction_grounded")
+    assert grounded["param"] == "amount" and grounded["provenance.kind"] == "derived"
     (start,) = events(exporter, "contextual_re_resolution.start")
     (complete,) = events(exporter, "contextual_re_resolution.complete")
     assert start["independent_step"] is False and start["trigger"] == "input_error"
-    assert start["validation_feedback"] == "cannot_fix"
+    assert start["validation_feedback"] == "placeholder"
     assert complete["should_retry"] is True and complete["changed_parameters"] == 1
     assert complete["analysis"] == "100 shares × 468.285 = 46828.5"
 
@@ -181,6 +190,7 @@ def test_tokio_is_corrected_through_a_503_carrying_a_structured_error(
         name = re.search(r"did you mean '([^']+)'", error["details"]["hint"]).group(1)  # type: ignore[union-attr]
         return {"should_retry": True, "is_transient_error": False,
                 "corrected_parameters": {"location": name},
+                "provenance": {"location": {"kind": "tool_hint", "quote": f"did you mean '{name}'"}},
                 "analysis": f"the tool suggests {name}"}
 
     plan = {"steps": [
@@ -373,20 +383,28 @@ ATLANTIS = {"steps": [{"id": "geo", "tool": "weather", "capability": "geocode",
      "max_attempts_per_step=5", 5),
     ({"semantic_retry_max_attempts": 100, "max_attempts_per_step": 100,
       "max_llm_calls_per_run": 4}, "max_llm_calls_per_run=4", 4),
-], ids=["layer-4-attempts", "attempts-per-step", "llm-budget"])
+    # with grounding enforced, the first made-up spelling is already refused
+    ({"semantic_retry_max_attempts": 100, "grounded_corrections": True},
+     "ungrounded correction", 2),
+], ids=["layer-4-attempts", "attempts-per-step", "llm-budget", "grounding"])
 def test_caps_stop_an_llm_that_always_says_retry(
     config: dict[str, Any], stopped_by: str, attempts: int,
     demo_tools: DemoTools, demo_catalog: Catalog, registry: CollectorRegistry,
 ) -> None:
     demo_tools["weather"].inject("/geocode", *[NotFoundAs503()] * 120)
     llm = scripted(ATLANTIS, semantic_retry=always_retry)
-    result = orchestrator(demo_catalog, llm, registry, **config).run("Where is Atlantis?")
+    # audit mode (grounding recorded, not enforced) unless the case says otherwise: the
+    # caps must bound an LLM whose every answer is sent
+    result = orchestrator(demo_catalog, llm, registry,
+                          **{"grounded_corrections": False, **config}).run("Where is Atlantis?")
 
     geo = result.steps["geo"]
     assert geo.status == "failed" and geo.error is not None
     assert stopped_by in geo.error.details["gave_up"]
     assert len(geo.attempts) == attempts
-    assert len(demo_tools["weather"].requests_to("/geocode")) == attempts
+    sent = attempts - (1 if config.get("grounded_corrections") else 0)
+    assert len(demo_tools["weather"].requests_to("/geocode")) == sent
+    assert all(a.provenance["location"].reason == "no_provenance" for a in geo.attempts[1:])
     with pytest.raises(RetryExhausted) as caught:
         result.raise_for_status()
     assert stopped_by in str(caught.value)
@@ -407,7 +425,8 @@ def test_step_deadline_stops_an_llm_that_always_says_retry(
     llm = ScriptedLLM(lambda r: ATLANTIS if r.purpose == "plan" else slow_always_retry(r),
                       latency_s=0.05)
     result = orchestrator(demo_catalog, llm, registry, semantic_retry_max_attempts=100,
-                          max_attempts_per_step=100, step_timeout_s=0.4).run("Atlantis?")
+                          max_attempts_per_step=100, step_timeout_s=0.4,
+                          grounded_corrections=False).run("Atlantis?")
     geo = result.steps["geo"]
     assert geo.error is not None and geo.error.code == "STEP_DEADLINE_EXCEEDED"
     assert "step deadline (0.4s)" in geo.error.message

@@ -44,9 +44,18 @@ def block(prompt: str, label: str) -> str:
 
 
 def answer(should_retry: bool, corrected: dict[str, Any] | None = None, analysis: str = "because",
-           transient: bool = False) -> Responder:
+           transient: bool = False, provenance: dict[str, Any] | None = None) -> Responder:
     return lambda r: {"should_retry": should_retry, "corrected_parameters": corrected or {},
+                      "provenance": provenance or {},
                       "analysis": analysis, "is_transient_error": transient}
+
+
+def quoted(**quotes: str) -> dict[str, Any]:
+    """Provenance claiming each parameter's value is written in the request."""
+    return {param: {"kind": "query", "quote": text} for param, text in quotes.items()}
+
+
+TOTAL = {"amount": {"kind": "derived", "expression": "{{quote.price}} * {{quote.qty}}"}}
 
 
 class Harness:
@@ -125,7 +134,7 @@ def pay_plan(params: dict[str, Any], depends: bool = True) -> dict[str, Any]:
 def test_unbound_reference_is_re_resolved_and_kept_references_are_bound() -> None:
     calls: list[dict[str, Any]] = []
     h = Harness(pay_catalog(calls), pay_plan({"amount": "{{quote.total}}", "unit": "{{quote.unit}}"}),
-                answer(True, {"amount": 10.0}, "total = price × qty = 2.5 × 4"))
+                answer(True, {"amount": 10.0}, "total = price × qty = 2.5 × 4", provenance=TOTAL))
     result = h.run("pay for the whole quote")
     pay = result.steps["pay"]
     assert pay.status == "succeeded", result.error
@@ -156,8 +165,8 @@ def test_unbound_reference_is_re_resolved_and_kept_references_are_bound() -> Non
 def test_which_errors_reach_layer_4(failure: ToolFailed, layers: list[str]) -> None:
     calls: list[dict[str, Any]] = []
     h = Harness(pay_catalog(calls, fail_first=failure), pay_plan({"amount": 1}),
-                answer(True, {"note": "retry"}))
-    pay = h.run().steps["pay"]
+                answer(True, {"note": "retry"}, provenance=quoted(note="retry")))
+    pay = h.run("pay, and retry if needed").steps["pay"]
     assert len(h.prompts) == layers.count("semantic_retry")
     assert [a.layer for a in pay.attempts] == layers
     assert pay.status == ("failed" if failure.category is ErrorCategory.AUTH_ERROR else "succeeded")
@@ -217,7 +226,8 @@ def test_layer_3_notes_reach_the_prompt() -> None:
             return None
 
     calls: list[dict[str, Any]] = []
-    h = Harness(pay_catalog(calls), pay_plan({"amount": 0}), answer(True, {"amount": 10}),
+    h = Harness(pay_catalog(calls), pay_plan({"amount": 0}),
+                answer(True, {"amount": 10}, provenance=TOTAL),
                 handlers=[ResilienceHandler(), DecliningLayer3(), SemanticRetry()])
     assert h.run().steps["pay"].status == "succeeded"
     assert block(h.prompts[0], "LAYER_3_ANALYSIS") == "cannot know the amount"
@@ -230,9 +240,12 @@ def test_layer_3_notes_reach_the_prompt() -> None:
 def test_corrections_go_through_coercion_and_null_removes_a_parameter() -> None:
     calls: list[dict[str, Any]] = []
     h = Harness(pay_catalog(calls), pay_plan({"amount": 0, "note": "drop me"}),
-                answer(True, {"amount": "10.5", "note": None}))
-    pay = h.run().steps["pay"]
+                answer(True, {"amount": "10.5", "note": None}, provenance=quoted(amount="pay 10.5")))
+    pay = h.run("pay 10.5 EUR").steps["pay"]
     assert calls[-1] == {"amount": 10.5}
+    # the claim is checked against the value layer 2 made of it; the removal needs none
+    assert pay.attempts[1].provenance["amount"].grounded
+    assert pay.attempts[1].provenance["note"].kind == "removed"
     assert [(c.path, c.old, c.new) for c in pay.attempts[1].coercions] == [("$.amount", "10.5", 10.5)]
     assert pay.attempts[1].note == "layer 4 changed 2 parameter(s)"
 
@@ -337,25 +350,27 @@ def test_switches_global_and_per_capability() -> None:
     catalog = pay_catalog(calls)
     pay = catalog.get("shop", "pay")
     catalog.add(pay.model_copy(update={"layers": {"semantic_retry_max_attempts": 1}}), replace=True)
-    always = Harness(catalog, pay_plan({"amount": 0}), answer(True, {"amount": -1}))
-    result = always.run().steps["pay"]
+    always = Harness(catalog, pay_plan({"amount": 0}),
+                     answer(True, {"amount": -1}, provenance=quoted(amount="-1")))
+    result = always.run("pay -1").steps["pay"]
     assert len(always.prompts) == 1
     assert "semantic_retry_max_attempts=1" in result.error.details["gave_up"]
 
 
 def test_independent_steps_qualify_unless_switched_off() -> None:
     calls: list[dict[str, Any]] = []
-    on = Harness(pay_catalog(calls), pay_plan({"amount": 0}, depends=False),
-                 answer(True, {"amount": 2}))
-    assert on.run().steps["pay"].status == "succeeded"
+    two = answer(True, {"amount": 2}, provenance=quoted(amount="2"))
+    on = Harness(pay_catalog(calls), pay_plan({"amount": 0}, depends=False), two)
+    assert on.run("pay 2").steps["pay"].status == "succeeded"
     assert on.metric("orchestration_semantic_retry_independent_step_total",
                      capability="pay") == 1
     assert on.events("contextual_re_resolution.start")[0]["independent_step"] is True
     assert "depends on no other step" in on.prompts[0]
 
-    off = Harness(pay_catalog(calls), pay_plan({"amount": 0}, depends=False),
-                  answer(True, {"amount": 2}), semantic_retry_independent_steps=False)
-    assert off.run().steps["pay"].status == "failed" and off.prompts == []
-    dependent = Harness(pay_catalog(calls), pay_plan({"amount": 0}), answer(True, {"amount": 2}),
+    off = Harness(pay_catalog(calls), pay_plan({"amount": 0}, depends=False), two,
+                  semantic_retry_independent_steps=False)
+    assert off.run("pay 2").steps["pay"].status == "failed" and off.prompts == []
+    dependent = Harness(pay_catalog(calls), pay_plan({"amount": 0}), two,
                         semantic_retry_independent_steps=False)
-    assert dependent.run().steps["pay"].status == "succeeded" and len(dependent.prompts) == 1
+    assert dependent.run("pay 2").steps["pay"].status == "succeeded"
+    assert len(dependent.prompts) == 1

@@ -115,20 +115,20 @@ def test_business_rule_rejection_is_corrected_by_layer3(
     spans: tuple[TracerProvider, InMemorySpanExporter],
 ) -> None:
     provider, exporter = spans
-    llm = layer3_llm(fix({"amount": 250, "from": "USD", "to": "EUR"}, "0 is not a positive amount"))
-    result = run(demo_catalog, convert(0), llm, registry, provider)
+    llm = layer3_llm(fix({"amount": 250, "from": "USD", "to": "EUR"}, "the sign is wrong"))
+    result = run(demo_catalog, convert(-250), llm, registry, provider)
 
     step = result.steps["conv"]
     assert step.status == "succeeded", step.error
     assert step.output["amount"] == 250
-    # the tool rejected amount 0 by its business rule, then got the corrected call
-    assert bodies(demo_tools) == [{"amount": 0, "from": "USD", "to": "EUR"},
+    # the tool rejected amount -250 by its business rule, then got the corrected call
+    assert bodies(demo_tools) == [{"amount": -250, "from": "USD", "to": "EUR"},
                                   {"amount": 250, "from": "USD", "to": "EUR"}]
     first, second = step.attempts
     assert (first.layer, first.outcome, first.error and first.error.code) == (
         "plan", "failed", "INVALID_AMOUNT")
     assert (second.layer, second.outcome) == ("validation_feedback", "succeeded")
-    assert second.analysis == "0 is not a positive amount"
+    assert second.analysis == "the sign is wrong"
     assert second.note is not None and "correction 1/2" in second.note
 
     (request,) = llm.requests_for("validation_feedback")
@@ -139,7 +139,9 @@ def test_business_rule_rejection_is_corrected_by_layer3(
     schema_block = prompt.split("<<<INPUT_SCHEMA\n")[1].split("\nINPUT_SCHEMA>>>")[0]
     assert json.loads(schema_block)["required"] == ["amount", "from", "to"]
     params_block = prompt.split("<<<FAILED_PARAMETERS\n")[1].split("\nFAILED_PARAMETERS>>>")[0]
-    assert json.loads(params_block) == {"amount": 0, "from": "USD", "to": "EUR"}
+    assert json.loads(params_block) == {"amount": -250, "from": "USD", "to": "EUR"}
+    # layer 3 may read the request to fix a value's form
+    assert "<<<USER_QUERY\nConvert money\nUSER_QUERY>>>" in prompt
     error_block = prompt.split("<<<TOOL_ERROR\n")[1].split("\nTOOL_ERROR>>>")[0]
     tool_error = json.loads(error_block)
     assert tool_error["message"] == "amount must be greater than 0"
@@ -161,10 +163,10 @@ def test_the_same_run_fails_with_layer3_switched_off(
 ) -> None:
     llm = layer3_llm(fix({"amount": 250, "from": "USD", "to": "EUR"}))
     if switch == "config":
-        result = run(demo_catalog, convert(0), llm, registry, validation_feedback_enabled=False)
+        result = run(demo_catalog, convert(-250), llm, registry, validation_feedback_enabled=False)
     else:  # globally on, off for this capability only
         catalog = with_layers(demo_tools, validation_feedback_enabled=False)
-        result = run(catalog, convert(0), llm, registry)
+        result = run(catalog, convert(-250), llm, registry)
 
     step = result.steps["conv"]
     assert step.status == "failed"
@@ -210,7 +212,7 @@ def test_corrections_pass_coercion_and_cannot_change_the_tool(
 ) -> None:
     answer = {**fix({"amount": "100", "from": "USD", "to": "EUR"}),
               "tool": "stocks", "capability": "quote"}  # ignored: params only
-    result = run(demo_catalog, convert(0), layer3_llm(answer), registry)
+    result = run(demo_catalog, convert(-250), layer3_llm(answer), registry)
 
     step = result.steps["conv"]
     assert step.status == "succeeded", step.error
@@ -227,14 +229,14 @@ def test_an_invalid_correction_is_not_sent_and_goes_back_to_layer3(
 ) -> None:
     llm = layer3_llm(fix({"amount": 250, "from": "USD", "to": "Euro"}),
                      fix({"amount": 250, "from": "USD", "to": "EUR"}))
-    result = run(demo_catalog, convert(0), llm, registry)
+    result = run(demo_catalog, convert(-250), llm, registry)
 
     step = result.steps["conv"]
     assert step.status == "succeeded", step.error
     assert [(a.layer, a.outcome) for a in step.attempts] == [
         ("plan", "failed"), ("validation_feedback", "invalid"),
         ("validation_feedback", "succeeded")]
-    assert bodies(demo_tools) == [{"amount": 0, "from": "USD", "to": "EUR"},
+    assert bodies(demo_tools) == [{"amount": -250, "from": "USD", "to": "EUR"},
                                   {"amount": 250, "from": "USD", "to": "EUR"}]
     second_prompt = llm.requests_for("validation_feedback")[1].prompt_text
     assert "correction 2 of at most 2" in second_prompt
@@ -252,7 +254,7 @@ def test_can_fix_false_hands_the_step_on_and_the_failure_says_why(
     provider, exporter = spans
     llm = layer3_llm({"can_fix": False, "analysis": "the query gives no amount",
                       "corrected_parameters": {}})
-    result = run(demo_catalog, convert(0), llm, registry, provider)
+    result = run(demo_catalog, convert(-250), llm, registry, provider)
 
     step = result.steps["conv"]
     assert step.status == "failed" and step.error is not None
@@ -264,6 +266,36 @@ def test_can_fix_false_hands_the_step_on_and_the_failure_says_why(
     assert counts(registry) == (1, 0, 1)
     assert events(exporter)[-1][0] == "validation_feedback_failed"
     assert events(exporter)[-1][1]["validation_feedback.reason"] == "cannot_fix"
+
+
+MISSING = object()  # the planner left the required amount out
+
+
+@pytest.mark.parametrize(("amount", "verdict"), [
+    (0, "placeholder"), (None, "placeholder"), ("unknown", "placeholder"), ("", "placeholder"),
+    ("<amount>", "placeholder"), ("quote(symbol='TSLA')['price']", "placeholder"),
+    (MISSING, "missing_information"),
+], ids=["zero", "null", "unknown", "empty", "bracketed", "call-text", "missing"])
+def test_a_placeholder_or_missing_value_is_handed_to_layer4_without_asking_the_llm(
+    amount: Any, verdict: str, demo_tools: DemoTools, demo_catalog: Catalog,
+    registry: CollectorRegistry, spans: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    provider, exporter = spans
+    plan = convert(amount)
+    if amount is MISSING:
+        del plan["steps"][0]["params"]["amount"]
+    llm = layer3_llm(fix({"amount": 250, "from": "USD", "to": "EUR"}))  # would be a guess
+    result = run(demo_catalog, plan, llm, registry, provider)
+
+    step = result.steps["conv"]
+    assert step.status == "failed" and step.error is not None
+    assert llm.requests == []  # layer 3 did not guess
+    record = step.error.details["validation_feedback"]
+    assert record["verdict"] == verdict
+    assert "not a guess" in record["analysis"]
+    assert counts(registry) == (0, 0, 0)
+    (_, handover), = events(exporter, "validation_feedback_handover")
+    assert handover["validation_feedback.verdict"] == verdict
 
 
 @pytest.mark.parametrize(("override", "corrections"), [(None, 2), (1, 1), (0, 0)])
@@ -279,7 +311,7 @@ def test_corrections_per_step_are_capped(
         return fix({"amount": next(amounts), "from": "USD", "to": "EUR"})
 
     llm = ScriptedLLM(respond)
-    result = run(catalog, convert(0), llm, registry)
+    result = run(catalog, convert(-250), llm, registry)
 
     step = result.steps["conv"]
     assert step.status == "failed" and step.error is not None
@@ -296,9 +328,9 @@ def test_an_unusable_answer_is_fed_back_and_counts_as_a_failed_correction(
     good = {"amount": 250, "from": "USD", "to": "EUR"}
     llm = layer3_llm("Sure! I think amount should be bigger.",
                      {"can_fix": "yes", "analysis": "", "corrected_parameters": good},
-                     fix({"amount": 0, "from": "USD", "to": "EUR"}),  # the failed params again
+                     fix({"amount": -250, "from": "USD", "to": "EUR"}),  # the failed params again
                      fix(good))
-    result = run(demo_catalog, convert(0), llm, registry, max_validation_retries=4)
+    result = run(demo_catalog, convert(-250), llm, registry, max_validation_retries=4)
 
     step = result.steps["conv"]
     assert step.status == "succeeded", step.error
@@ -319,7 +351,7 @@ def test_an_unusable_answer_is_fed_back_and_counts_as_a_failed_correction(
 def test_only_unusable_answers_fail_the_step_without_crashing_the_run(
     demo_tools: DemoTools, demo_catalog: Catalog, registry: CollectorRegistry,
 ) -> None:
-    result = run(demo_catalog, convert(0), layer3_llm("[1, 2, 3]"), registry)
+    result = run(demo_catalog, convert(-250), layer3_llm("[1, 2, 3]"), registry)
 
     step = result.steps["conv"]
     assert result.status == "failed" and step.status == "failed"
@@ -333,7 +365,7 @@ def test_llm_failures_end_layer3_for_the_step_without_crashing_it(
     demo_tools: DemoTools, demo_catalog: Catalog, registry: CollectorRegistry,
 ) -> None:
     llm = layer3_llm(LLMError(LLMErrorKind.AUTH, "key revoked", status=401))
-    result = run(demo_catalog, convert(0), llm, registry)
+    result = run(demo_catalog, convert(-250), llm, registry)
     step = result.steps["conv"]
     assert step.status == "failed" and step.error is not None
     verdict = step.error.details["validation_feedback"]
@@ -346,7 +378,7 @@ def test_the_run_llm_budget_stops_layer3(
 ) -> None:
     # the one allowed LLM call yields a correction the tool rejects again
     llm = layer3_llm(fix({"amount": -1, "from": "USD", "to": "EUR"}))
-    result = run(demo_catalog, convert(0), llm, registry, max_llm_calls_per_run=1)
+    result = run(demo_catalog, convert(-250), llm, registry, max_llm_calls_per_run=1)
     step = result.steps["conv"]
     assert step.status == "failed" and step.error is not None
     assert len(llm.requests) == 1 and len(bodies(demo_tools)) == 2

@@ -49,9 +49,9 @@ EVERY_LAYER_PLAN: dict[str, Any] = {"steps": [
     # layer 4, the Tesla case: layer 3 cannot know the amount, the trajectory can
     {"id": "proceeds", "tool": "currency", "capability": "convert",
      "params": {"amount": 0, "from": "USD", "to": "EUR"}, "depends_on": ["tsla"]},
-    # layer 3: the amount is in the query, the error names the field
+    # layer 3: "ten" is no number layer 2 can read; the form fix is in the query ("10 USD")
     {"id": "fee", "tool": "currency", "capability": "convert",
-     "params": {"amount": 0, "from": "USD", "to": "JPY"}},
+     "params": {"amount": "ten", "from": "USD", "to": "JPY"}},
     # layer 2: a stringly-typed number
     {"id": "pocket", "tool": "currency", "capability": "convert",
      "params": {"amount": "250", "from": "USD", "to": "GBP"}},
@@ -72,7 +72,7 @@ def inject_every_layer_faults(tools: DemoTools) -> None:
 
 def every_layer_llm(extra: dict[str, Any] | None = None) -> ScriptedLLM:
     """The scripted model: a broken plan first (planner retry), then answers per step."""
-    state = {"plans": 0}
+    state = {"plans": 0, "fee": 0}
     extra = extra or {}
 
     def respond(request: LLMRequest) -> str | dict[str, Any]:
@@ -83,16 +83,21 @@ def every_layer_llm(extra: dict[str, Any] | None = None) -> ScriptedLLM:
             return '{"steps": [{"id": "tsla", "tool": ' if state["plans"] == 1 else EVERY_LAYER_PLAN
         if request.purpose == "validation_feedback":
             if request.step_id == "fee":
+                state["fee"] += 1
+                amount = "10 USD" if state["fee"] == 1 else 10  # the first fix is still invalid
                 return {"can_fix": True, "analysis": "the query says a 10 USD fee",
-                        "corrected_parameters": {"amount": 10, "from": "USD", "to": "JPY"}}
+                        "corrected_parameters": {"amount": amount, "from": "USD", "to": "JPY"}}
             return {"can_fix": False, "analysis": "the amount depends on the sale's proceeds",
                     "corrected_parameters": None}
         if request.purpose == "semantic_retry":
             answers = {
                 "proceeds": {"should_retry": True, "corrected_parameters": {"amount": 46828.5},
+                             "provenance": {"amount": {"kind": "derived",
+                                                       "expression": "100 * {{tsla.price}}"}},
                              "analysis": "100 x 468.285 = 46828.5", "is_transient_error": False},
                 "geo": {"should_retry": True, "corrected_parameters": {"location": "Tokyo"},
-                        "analysis": "Tokio is the German spelling of Tokyo",
+                        "provenance": {"location": {"kind": "tool_hint", "quote": "Tokyo"}},
+                        "analysis": "the tool suggests Tokyo for Tokio",
                         "is_transient_error": False},
                 "forecast": {"should_retry": False, "corrected_parameters": {},
                              "analysis": "a timeout; the service may recover",
@@ -293,11 +298,15 @@ def test_span_tree_and_layer_events_of_a_run_through_every_layer(
     events = {sid: [e.name for e in span.events] for sid, span in steps.items()}
     assert events["tsla"] == ["resilience_retry"]
     assert events["pocket"] == ["type_coercion_applied"]
-    assert events["fee"] == ["validation_feedback_started", "validation_feedback_success"]
-    assert events["proceeds"] == ["validation_feedback_started", "validation_feedback_failed",
+    assert events["fee"] == ["validation_feedback_started", "validation_feedback_failed",
+                             "validation_feedback_started", "validation_feedback_success"]
+    # amount 0 is a placeholder: layer 3 hands over without asking; layer 4's derivation
+    # and the tool's hint are checked before the corrected calls are sent
+    assert events["proceeds"] == ["validation_feedback_handover",
                                   "contextual_re_resolution.start",
-                                  "contextual_re_resolution.complete"]
-    assert events["geo"] == ["contextual_re_resolution.start", "contextual_re_resolution.complete"]
+                                  "contextual_re_resolution.complete", "correction_grounded"]
+    assert events["geo"] == ["contextual_re_resolution.start", "contextual_re_resolution.complete",
+                             "correction_grounded"]
     assert events["forecast"] == ["type_coercion_applied", "contextual_re_resolution.start",
                                   "contextual_re_resolution.complete", "transient_override"]
 
@@ -309,6 +318,8 @@ def test_span_tree_and_layer_events_of_a_run_through_every_layer(
     done = event("proceeds", "contextual_re_resolution.complete")
     assert done["should_retry"] is True and done["changed_parameters"] == 1
     assert done["independent_step"] is False
+    assert event("proceeds", "correction_grounded")["provenance.kind"] == "derived"
+    assert event("geo", "correction_grounded")["provenance.kind"] == "tool_hint"
     assert event("geo", "contextual_re_resolution.start")["independent_step"] is True
     assert event("forecast", "transient_override")["tool_retryable"] is False
 
@@ -322,7 +333,7 @@ def test_tools_receive_a_traceparent_that_joins_the_run_trace(
     tool_call_spans = {f"{s.context.span_id:016x}" for s in exporter.get_finished_spans()
                        if "http.request.method" in (s.attributes or {})}
     requests = [r for name in ("stocks", "currency", "weather") for r in demo_tools[name].requests]
-    assert len(requests) == len(tool_call_spans) == 11
+    assert len(requests) == len(tool_call_spans) == 10
     for request in requests:
         version, trace_id, parent_id, flags = str(request.header("traceparent")).split("-")
         assert (version, trace_id) == ("00", result.trace_id)
@@ -348,7 +359,7 @@ def test_span_attributes_never_carry_parameters_or_the_query(
 # --------------------------------------------------------------------------- metrics
 
 ALLOWED_LABELS = {"tool", "capability", "layer", "outcome", "category", "purpose", "status",
-                  "direction", "reason", "budget", "le"}
+                  "direction", "reason", "budget", "kind", "le"}
 
 
 def test_metrics_of_every_layer_have_bounded_labels(
@@ -373,6 +384,11 @@ def test_metrics_of_every_layer_have_bounded_labels(
     assert value("orchestration_validation_feedback_attempts_total", **convert) == 2
     assert value("orchestration_validation_feedback_success_total", **convert) == 1
     assert value("orchestration_validation_feedback_failed_total", **convert) == 1
+    assert value("orchestration_corrections_grounded_total", kind="derived", **convert) == 1
+    assert value("orchestration_corrections_grounded_total", kind="tool_hint", tool="weather",
+                 capability="geocode") == 1
+    assert registry.get_sample_value("orchestration_corrections_ungrounded_total",
+                                     {**convert, "reason": "no_provenance"}) is None
     for capability, tool in (("convert", "currency"), ("geocode", "weather"), ("forecast", "weather")):
         assert value("orchestration_semantic_retry_attempts_total", tool=tool, capability=capability) == 1
         assert value("orchestration_semantic_retry_success_total", tool=tool, capability=capability) == 1
@@ -386,7 +402,8 @@ def test_metrics_of_every_layer_have_bounded_labels(
                  category="CONNECTION_ERROR") == 1
     assert value("orchestration_tool_errors_total", tool="stocks", capability="lookup",
                  category="AUTH_ERROR") == 1
-    assert value("orchestration_tool_errors_total", category="INPUT_ERROR", **convert) == 2
+    assert value("orchestration_tool_errors_total", category="INPUT_ERROR", **convert) == 1
+    assert value("orchestration_tool_errors_total", category="VALIDATION_ERROR", **convert) == 2
     assert sum(s.value for m in registry.collect() for s in m.samples
                if s.name == "orchestration_planner_retries_total") == 1
     for purpose, calls in (("plan", 2), ("validation_feedback", 2), ("semantic_retry", 3),
@@ -617,7 +634,7 @@ def test_debug_store_keeps_every_exchange_per_site_and_the_cli_shows_a_run(
     layer_records = [r for r in records if r["site"] in ("validation_feedback", "semantic_retry")]
     assert sorted((r["site"], r["step_id"]) for r in layer_records) == [
         ("semantic_retry", "forecast"), ("semantic_retry", "geo"), ("semantic_retry", "proceeds"),
-        ("validation_feedback", "fee"), ("validation_feedback", "proceeds")]
+        ("validation_feedback", "fee"), ("validation_feedback", "fee")]
     tesla = next(r for r in layer_records if r["site"] == "semantic_retry" and r["step_id"] == "proceeds")
     assert json.loads(tesla["response"])["corrected_parameters"] == {"amount": 46828.5}
     assert tesla["usage"]["input_tokens"] > 0 and tesla["response_schema"] == "semantic_retry"
