@@ -42,7 +42,7 @@ from executors.recovery import (
 from orchestration.errors import StoreError
 from orchestration.plan import Step, ValidatedPlan
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError
-from orchestration.result import Attempt, AttemptOutcome, PendingApproval, StepResult
+from orchestration.result import Attempt, AttemptOutcome, PendingApproval, StepResult, StepStatus
 from orchestration.retry_policy import RetryPolicy
 from orchestration.services import RunServices
 from orchestration.state import RunState
@@ -79,6 +79,10 @@ class StepRunner:
         self.capabilities = capabilities
         self.handlers = handlers
         self.resume = resume or ResumePoint()
+        self._running: dict[str, tuple[StepState, float, float]] = {}
+        """Steps in progress: their state, wall-clock and loop start (for :meth:`cancelled`)."""
+        self._sending: dict[str, dict[str, Any]] = {}
+        """Steps whose call with a side effect is in flight, with the parameters sent."""
 
     async def run_step(self, step_id: str) -> StepResult:
         """Run ``step_id`` to its end; a failure is a failed result, never an exception."""
@@ -90,6 +94,7 @@ class StepRunner:
         deadline = min(started + services.config.step_timeout_s, services.deadline)
         services.events.emit("step_started", step_id=step.id, tool=step.tool,
                              capability=step.capability)
+        self._running[step_id] = (state, wall_started, started)
         with services.observer.step(self.run.run_id, step, state.capability) as observation:
             state.observation = observation
             try:
@@ -98,7 +103,10 @@ class StepRunner:
             except TimeoutError:
                 output, error = None, self._deadline_error(state, deadline)
             except AwaitApproval as paused:
+                del self._running[step_id]
                 return self._paused(state, paused, wall_started, loop.time() - started)
+            # (a cancelled step stays in _running: cancelled() reads it as it stopped)
+            del self._running[step_id]
             result = StepResult(
                 id=step.id, tool=step.tool, capability=step.capability,
                 status="succeeded" if error is None else "failed", output=output,
@@ -109,6 +117,39 @@ class StepRunner:
             )
             observation.finished(result)
         return result
+
+    def cancelled(self, step_id: str, reason: str) -> StepResult:
+        """The result of a step stopped because the run was cancelled on purpose.
+
+        Its finished attempts are kept. A step whose call with a side effect was in
+        flight ends ``unknown`` (``OUTCOME_UNKNOWN``, the request in its details): the tool
+        may have processed it. Any other ends ``cancelled``."""
+        step = self.plan.steps[step_id]
+        running = self._running.get(step_id)
+        attempts = list(running[0].attempts) if running is not None else []
+        wall_started = running[1] if running is not None else None
+        duration = asyncio.get_running_loop().time() - running[2] if running is not None else 0.0
+        sent = self._sending.get(step_id)
+        if sent is not None:
+            status: StepStatus = "unknown"
+            error = StepError(
+                category=ErrorCategory.INTERNAL_ERROR, code="OUTCOME_UNKNOWN",
+                message=f"the run was cancelled ({reason}) while this step's call, which has a "
+                        "side effect, was in flight; the tool may have processed it (the "
+                        "request is in details.request)",
+                source=ErrorSource.ENGINE, retryable=False, request_sent=True,
+                details={"request": sent, "cancelled": reason})
+        else:
+            status = "cancelled"
+            error = StepError(
+                category=ErrorCategory.REJECTED, code="CANCELLED",
+                message=f"the run was cancelled ({reason}) while this step was running",
+                source=ErrorSource.ENGINE, retryable=False, request_sent=False)
+        return StepResult(
+            id=step.id, tool=step.tool, capability=step.capability, status=status,
+            error=error.model_copy(update={"step_id": step.id, "tool": step.tool,
+                                           "capability": step.capability}),
+            attempts=attempts, started_at_s=wall_started, duration_s=duration)
 
     def _paused(self, state: StepState, paused: AwaitApproval, started_at: float,
                 duration: float) -> StepResult:
@@ -225,8 +266,12 @@ class StepRunner:
                             f"record it first ({exc})",
                     source=ErrorSource.ENGINE, request_sent=False)
                 return self._record(state, decision, "not_sent", error, prepared), None
+        if side_effect:
+            self._sending[state.step.id] = prepared.params
+        # send never raises but on cancellation, which leaves the entry for cancelled()
         result = await send(state, prepared.params, layer=decision.layer, number=number,
                             deadline=deadline, key=key)
+        self._sending.pop(state.step.id, None)
         outcome: AttemptOutcome = "succeeded" if result.error is None else "failed"
         attempt = self._record(state, decision, outcome, result.error, prepared,
                                latency_s=result.latency_s)

@@ -26,6 +26,7 @@ from orchestration.errors import (
     ToolFailed,
 )
 from orchestration.events import RunEvent
+from orchestration.handle import RunHandle
 from orchestration.layer_settings import LayerSettings
 from orchestration.llm.base import LLMClient, LLMRequest, LLMResponse, TokenUsage
 from orchestration.llm.scripted import ScriptedLLM
@@ -83,6 +84,7 @@ __all__ = [
     "RetryExhausted",
     "RetryPolicy",
     "RunEvent",
+    "RunHandle",
     "RunLeased",
     "RunNotFound",
     "RunResult",

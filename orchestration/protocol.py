@@ -53,7 +53,7 @@ class ErrorCategory(StrEnum):
     VALIDATION_ERROR = "VALIDATION_ERROR"
     BINDING_ERROR = "BINDING_ERROR"
     INTERNAL_ERROR = "INTERNAL_ERROR"
-    REJECTED = "REJECTED"  # a person rejected the call, or its approval expired
+    REJECTED = "REJECTED"  # a person rejected the call, its approval expired, or the run was cancelled
 
 
 class ErrorSource(StrEnum):

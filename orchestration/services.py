@@ -8,8 +8,9 @@ the deadline is the run's own) and rebuilt where a stored run continues.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from orchestration._cancellation import Cancellation
 from orchestration._events import EventSink
 from orchestration._transport import ToolTransport
 from orchestration.catalog import Catalog
@@ -30,7 +31,9 @@ class RunServices:
     ``catalog`` is the snapshot the run planned with; ``layers`` the global layer
     settings (a capability's overrides are applied per step); ``recorder`` writes the run
     to its store; ``events`` numbers and delivers its events; ``deadline`` is event-loop
-    time after which nothing new starts.
+    time after which nothing new starts; ``cancellation`` says whether a cancellation of
+    the run's task is deliberate (the run ends ``cancelled``) or a shutdown (it stays
+    resumable).
     """
 
     catalog: Catalog
@@ -43,3 +46,4 @@ class RunServices:
     events: EventSink
     clock: Clock
     deadline: float
+    cancellation: Cancellation = field(default_factory=Cancellation)

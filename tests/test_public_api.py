@@ -26,7 +26,7 @@ PACKAGE_API = {
         "LLMError", "LLMErrorKind", "LLMRequest", "LLMResponse", "Orchestrator",
         "OrchestratorConfig", "PendingApproval", "Plan", "PLAN_APPROVAL", "PlanningError",
         "PlanParseError", "PlanValidationError", "RetryExhausted", "RetryPolicy", "RunEvent",
-        "RunLeased", "RunNotFound", "RunResult", "RunState", "RunUsage", "ScriptedLLM", "Step",
+        "RunHandle", "RunLeased", "RunNotFound", "RunResult", "RunState", "RunUsage", "ScriptedLLM", "Step",
         "StepError", "StepFailed", "StepResult", "StoreError", "TokenUsage", "ToolError",
         "ToolFailed", "ToolResponse", "validate_plan", "ValidatedPlan"
     ],
@@ -46,7 +46,7 @@ PUBLIC_MODULES = [
     "executors.layers.semantic_retry", "executors.layers.validation_feedback",
     "executors.recovery", "orchestration.capability", "orchestration.catalog",
     "orchestration.cli", "orchestration.clock", "orchestration.config",
-    "orchestration.debug_store", "orchestration.errors", "orchestration.events",
+    "orchestration.debug_store", "orchestration.errors", "orchestration.events", "orchestration.handle",
     "orchestration.layer_settings", "orchestration.llm", "orchestration.llm.anthropic",
     "orchestration.llm.base", "orchestration.llm.openai_compat", "orchestration.llm.scripted",
     "orchestration.logging_setup", "orchestration.orchestrator", "orchestration.plan",
