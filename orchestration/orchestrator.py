@@ -468,6 +468,8 @@ class Orchestrator:
         if approvals and run.status != "awaiting_approval":
             raise ApprovalError(f"run {run_id!r} is not waiting for approval (it is "
                                 f"{run.status}); there is nothing to decide")
+        waiting = {sid: step for sid, step in run.steps.items()
+                   if step.status == "awaiting_approval"}
         expired = expire_approvals(run, self.config.approval_timeout_s)
         if run.status == "awaiting_approval" and not approvals and not expired:
             return run.to_result()  # nothing decided: it keeps waiting
@@ -485,8 +487,11 @@ class Orchestrator:
         if run.pending_approvals and not approvals and not expired:
             return run.to_result()
         run.status = "running"
+        # steps a rejection or an expiry settled: recorded with the execution that follows
+        settled = [run.steps[sid] for sid in waiting
+                   if sid in run.steps and run.steps[sid].status != "awaiting_approval"]
         return await self._continue(stored, approved=approved, on_event=on_event,
-                                    started=started)
+                                    started=started, settled=settled)
 
     async def aget_run(self, run_id: str) -> RunResult | None:
         """The run as the store has it (a running run with the steps finished so far);
@@ -536,11 +541,12 @@ class Orchestrator:
         approved: dict[str, dict[str, Any]] | None = None,
         on_event: EventCallback | None = None,
         started: asyncio.Future[RunHandle] | None = None,
+        settled: list[StepResult] | None = None,
     ) -> RunResult:
         recorder = RunRecorder(self.store, stored.state.run_id, lease_s=self.config.store_lease_s)
         await recorder.take_over(stored)
         return await self._execute(stored.state, recorder, stored=stored, approved=approved,
-                                   on_event=on_event, started=started)
+                                   on_event=on_event, started=started, settled=settled)
 
     async def _execute(
         self,
@@ -552,6 +558,7 @@ class Orchestrator:
         approved: dict[str, dict[str, Any]] | None = None,
         on_event: EventCallback | None = None,
         started: asyncio.Future[RunHandle] | None = None,
+        settled: list[StepResult] | None = None,
     ) -> RunResult:
         """Run (or continue) ``run`` to its end under the observer; record its end.
 
@@ -562,6 +569,8 @@ class Orchestrator:
         services = self._services(run, recorder)
         if on_event is not None:
             services.events.subscribe(on_event)
+        for step in settled or ():  # decided before this execution (a rejection)
+            self._announce_step(step, recorder, services.events)
         handle = RunHandle(run.run_id, run.query, state=run, sink=services.events,
                            cancellation=services.cancellation)
         self._active[run.run_id] = handle

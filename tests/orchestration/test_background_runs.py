@@ -225,3 +225,22 @@ async def test_astart_resume_applies_a_decision_and_raises_before_executing() ->
     result = await handle.result()
     assert result.status == "succeeded" and gate.calls == {"transfer": 1}
     await orch.aclose()
+
+
+async def test_a_rejected_step_is_recorded_in_the_store_not_only_returned(tmp_path: Path) -> None:
+    gate = Gate()
+    store = f"sqlite:///{tmp_path}/runs.db"
+    plan = {"steps": [
+        {"id": "send", "tool": "bank", "capability": "transfer", "params": {"amount": 3}},
+        {"id": "after", "tool": "data", "capability": "fetch", "params": {"key": "{{send.sent}}"}},
+    ]}
+    await orchestrator(gate, store).arun("send", plan=plan, run_id="rejected")
+    events: list[str] = []
+    returned = await orchestrator(gate, store).aresume(
+        "rejected", approvals={"send": Approval(approved=False, note="no")},
+        on_event=lambda e: events.append(f"{e.type}:{e.data.get('step_id')}:{e.data.get('status')}"))
+    stored = await orchestrator(gate, store).aget_run("rejected")  # another process's view
+    assert stored is not None and stored.to_dict() == returned.to_dict()
+    assert stored.steps["send"].status == "failed" and stored.steps["send"].error is not None
+    assert stored.steps["send"].error.code == "REJECTED"
+    assert events[0] == "step_finished:send:failed"  # a reader of the events sees it too
