@@ -5,6 +5,10 @@ The template only lays out what is here: the DAG picture, one timeline row per s
 call), each attempt's layer, outcome, parameters and error, and the pending approvals.
 An attempt whose parameters a layer got from an LLM (layer 3 or 4) is marked, and the
 run's LLM calls are counted by purpose.
+
+The time axis cuts out long stretches in which no step ran — a run that waited hours
+for an approval would otherwise squash all of its work into a sliver — and marks each
+cut, so the picture stays readable while the times shown stay true.
 """
 
 from __future__ import annotations
@@ -52,6 +56,51 @@ class Segment:
     title: str
 
 
+class TimeAxis:
+    """Maps wall-clock times of a run to x positions in ``[0, BAR_W]``, with idle gaps
+    longer than the run's busy time (and than a second) cut down to a short break."""
+
+    def __init__(self, spans: list[tuple[float, float]]) -> None:
+        merged: list[list[float]] = []
+        for start, end in sorted(spans):
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        busy = sum(end - start for start, end in merged)
+        self.origin = merged[0][0] if merged else 0.0
+        self.cut_gap = max(1.0, busy)
+        self.break_len = max(busy, 1e-3) * 0.04
+        self.pieces: list[tuple[float, float, float]] = []  # (real start, real end, axis start)
+        self.cuts: list[tuple[float, float]] = []  # (axis position, real seconds cut)
+        axis = 0.0
+        for index, (start, end) in enumerate(merged):
+            if index:
+                gap = start - merged[index - 1][1]
+                if gap > self.cut_gap:
+                    self.cuts.append((axis + self.break_len / 2, gap))
+                    axis += self.break_len
+                else:
+                    axis += gap
+            self.pieces.append((start, end, axis))
+            axis += end - start
+        self.length = max(axis, 1e-3)
+        self.real_span = (merged[-1][1] - self.origin) if merged else 0.0
+
+    def x(self, when: float) -> float:
+        """Where ``when`` falls on the bar (times inside a cut gap stay at its start)."""
+        position = 0.0
+        for start, end, axis in self.pieces:
+            if when < start:
+                break
+            position = axis + min(when, end) - start
+        return position * BAR_W / self.length
+
+    def cut_marks(self) -> list[tuple[float, str]]:
+        return [(axis * BAR_W / self.length, f"{_seconds(gap)} without a running step (cut)")
+                for axis, gap in self.cuts]
+
+
 @dataclass(slots=True)
 class AttemptView:
     key: str
@@ -82,6 +131,7 @@ class StepView:
     attempts: list[AttemptView] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
     bar: tuple[float, float] | None = None
+    cuts: list[tuple[float, str]] = field(default_factory=list)
     output_json: str | None = None
     error: str | None = None
     skipped_reason: str | None = None
@@ -105,6 +155,7 @@ class RunView:
     llm_calls: list[tuple[str, int]]
     span: str
     counts: list[tuple[str, int]]
+    cut: str | None
 
 
 def _attempt_view(step_id: str, attempt: Attempt) -> AttemptView:
@@ -126,21 +177,22 @@ def _attempt_view(step_id: str, attempt: Attempt) -> AttemptView:
         analysis=attempt.analysis, note=attempt.note)
 
 
-def _segments(step: StepResult, origin: float, scale: float) -> list[Segment]:
+def _segments(step: StepResult, axis: TimeAxis) -> list[Segment]:
     """The step's attempts one after the other from its start: the wait, then the call."""
     if step.started_at_s is None:
         return []
-    x = (step.started_at_s - origin) * scale
+    when = step.started_at_s
     out = []
     for attempt in step.attempts:
         if attempt.delay_s:
-            out.append(Segment(x, attempt.delay_s * scale, "delay",
-                               f"#{attempt.number}: waited {_seconds(attempt.delay_s)}"))
-            x += attempt.delay_s * scale
-        out.append(Segment(x, max(attempt.latency_s * scale, 1.5), attempt.outcome,
+            out.append(Segment(axis.x(when), axis.x(when + attempt.delay_s) - axis.x(when),
+                               "delay", f"#{attempt.number}: waited {_seconds(attempt.delay_s)}"))
+            when += attempt.delay_s
+        width = max(axis.x(when + attempt.latency_s) - axis.x(when), 1.5)
+        out.append(Segment(axis.x(when), width, attempt.outcome,
                            f"#{attempt.number} {attempt.layer}: {attempt.outcome} in "
                            f"{_seconds(attempt.latency_s)}"))
-        x += attempt.latency_s * scale
+        when += attempt.latency_s
     return out
 
 
@@ -155,10 +207,9 @@ def run_view(result: RunResult, events: list[RunEvent]) -> RunView:
     plan_ids = [s["id"] for s in (result.plan or {}).get("steps", [])]
     dag = layout(result.plan, statuses) if result.plan else None
     timed = [s for s in result.steps.values() if s.started_at_s is not None]
-    origin = min((s.started_at_s or 0.0 for s in timed), default=0.0)
-    end = max(((s.started_at_s or 0.0) + s.duration_s for s in timed), default=origin)
-    span = max(end - origin, 1e-3)
-    scale = BAR_W / span
+    axis = TimeAxis([(s.started_at_s or 0.0, (s.started_at_s or 0.0) + s.duration_s)
+                     for s in timed])
+    cuts = axis.cut_marks()
     order = [sid for sid in plan_ids if sid in result.steps]
     order += [sid for sid in result.steps if sid not in order]  # repair rounds' steps
     order += [sid for sid in plan_ids if sid not in result.steps]  # not finished yet
@@ -169,16 +220,17 @@ def run_view(result: RunResult, events: list[RunEvent]) -> RunView:
             plan_step = next(s for s in (result.plan or {}).get("steps", []) if s["id"] == sid)
             steps.append(StepView(id=sid, tool=plan_step["tool"],
                                   capability=plan_step["capability"],
-                                  status=statuses.get(sid, "pending"), duration=None))
+                                  status=statuses.get(sid, "pending"), duration=None, cuts=cuts))
             continue
         bar = None
         if step.started_at_s is not None:
-            bar = ((step.started_at_s - origin) * scale, max(step.duration_s * scale, 1.5))
+            start_x = axis.x(step.started_at_s)
+            bar = (start_x, max(axis.x(step.started_at_s + step.duration_s) - start_x, 1.5))
         steps.append(StepView(
             id=sid, tool=step.tool, capability=step.capability, status=step.status,
             duration=_seconds(step.duration_s) if step.started_at_s is not None else None,
             attempts=[_attempt_view(sid, a) for a in step.attempts],
-            segments=_segments(step, origin, scale), bar=bar,
+            segments=_segments(step, axis), bar=bar, cuts=cuts,
             output_json=_json(step.output) if step.status == "succeeded" else None,
             error=step.error.describe() if step.error is not None else None,
             skipped_reason=step.skipped_reason))
@@ -191,5 +243,6 @@ def run_view(result: RunResult, events: list[RunEvent]) -> RunView:
         counts[step_view.status] = counts.get(step_view.status, 0) + 1
     llm = [(purpose, slot.get("calls", 0)) for purpose, slot in result.usage.by_purpose.items()]
     return RunView(result=result, final=result.status in FINAL_STATUSES, dag=dag, steps=steps,
-                   pending=pending, llm_calls=llm, span=_seconds(span if timed else 0.0),
-                   counts=sorted(counts.items()))
+                   pending=pending, llm_calls=llm, span=_seconds(axis.real_span),
+                   counts=sorted(counts.items()),
+                   cut=" and ".join(label for _, label in cuts) or None)

@@ -32,7 +32,9 @@
     if (chip) { setStatus(chip, status); chip.textContent = status; }
   }
 
+  let liveText = "";
   function liveState(text) {
+    liveText = text;
     const el = document.getElementById("live-state");
     if (el) el.textContent = text;
   }
@@ -70,6 +72,7 @@
       if (node && node.dataset.status === "pending") setStepStatus(stepId, "running");
     }
     body.dataset.final = fresh.body.dataset.final;
+    liveState(liveText); // the summary was re-rendered without it
   }
 
   function scheduleRefresh() {
