@@ -51,7 +51,7 @@ PUBLIC_MODULES = [
     "orchestration.llm.base", "orchestration.llm.openai_compat", "orchestration.llm.scripted",
     "orchestration.logging_setup", "orchestration.orchestrator", "orchestration.plan",
     "orchestration.protocol", "orchestration.redaction", "orchestration.result",
-    "orchestration.retry_policy", "orchestration.services", "orchestration.sources",
+    "orchestration.retry_policy", "orchestration.server", "orchestration.services", "orchestration.sources",
     "orchestration.sources.decorated", "orchestration.sources.discovery",
     "orchestration.sources.mcp", "orchestration.sources.openapi", "orchestration.state",
     "orchestration.store", "orchestration.telemetry", "orchestration.telemetry.exporters",
