@@ -33,8 +33,9 @@ RETRY_AFTER_S = 5
 class Busy(Exception):
     """Every slot is taken."""
 
-    def __init__(self, max_runs: int) -> None:
-        super().__init__(f"this server already executes {max_runs} runs "
+    def __init__(self, max_runs: int, *, closing: bool = False) -> None:
+        super().__init__("this server is shutting down; try again in a few seconds" if closing
+                         else f"this server already executes {max_runs} runs "
                          f"(ORCH_SERVE_MAX_RUNS={max_runs}); try again in a few seconds")
         self.retry_after_s = RETRY_AFTER_S
 
@@ -85,7 +86,7 @@ class RunManager:
 
     def _take_slot(self) -> None:
         if self.closing:
-            raise Busy(self.max_runs)
+            raise Busy(self.max_runs, closing=True)
         if self._used >= self.max_runs:
             raise Busy(self.max_runs)
         self._used += 1

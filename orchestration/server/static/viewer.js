@@ -124,7 +124,11 @@
     const payload = { approved };
     if (note) payload.note = note;
     if (approved && textarea.value.trim() !== textarea.defaultValue.trim()) {
-      try { payload.params = JSON.parse(textarea.value); } catch (error) {
+      try {
+        payload.params = JSON.parse(textarea.value);
+        // the plan approval shows {"plan": ...}; what is sent is the plan itself
+        if (card.dataset.step === "@plan" && payload.params && payload.params.plan) payload.params = payload.params.plan;
+      } catch (error) {
         message.textContent = `the parameters are not valid JSON: ${error.message}`;
         message.classList.add("error-text");
         return;

@@ -32,7 +32,7 @@ class LiveServer:
 @contextmanager
 def live_server(orchestrator: Orchestrator, **app_options: Any) -> Iterator[LiveServer]:
     """``create_app(orchestrator, **app_options)`` served until the block ends."""
-    app = create_app(orchestrator, **app_options)
+    app = create_app(orchestrator, **{"close_orchestrator": True, **app_options})
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]

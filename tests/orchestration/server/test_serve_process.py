@@ -74,6 +74,8 @@ def dagwright_serve(env: dict[str, str], log: Path) -> Iterator[tuple[subprocess
         if proc.poll() is None:
             proc.kill()
         proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def run_of(url: str, run_id: str) -> dict[str, Any]:
