@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from executors._prepare import CapabilityCache
 from executors._scheduler import run_dag
 from executors._step_runner import ResumePoint, StepRunner
@@ -39,9 +41,23 @@ class Executor:
         runner = StepRunner(plan, run, services, self.capabilities, self.handlers, resume)
         done = {sid: run.steps[sid] for sid in plan.order if sid in run.steps}
 
+        def record(result: StepResult, **extra: str) -> None:
+            run.record_step(result)
+            services.recorder.save_step(result)
+            services.events.emit("step_finished", step_id=result.id, status=result.status,
+                                 attempts=len(result.attempts), duration_s=result.duration_s,
+                                 **extra)
+
         async def run_step(step_id: str) -> StepResult:
             try:
                 result = await runner.run_step(step_id)
+            except asyncio.CancelledError:
+                reason = services.cancellation.reason
+                if reason is not None:
+                    # cancelled on purpose: the step's history is kept. On a shutdown
+                    # nothing is recorded, so that a resume runs the step again.
+                    record(runner.cancelled(step_id, reason))
+                raise
             except Exception as exc:  # a bug must fail the step, never the run
                 step = plan.steps[step_id]
                 result = StepResult(
@@ -52,10 +68,7 @@ class Executor:
                         step_id=step_id, tool=step.tool, capability=step.capability,
                     ),
                 )
-            run.record_step(result)
-            services.recorder.save_step(result)
-            services.events.emit("step_finished", step_id=step_id, status=result.status,
-                                 attempts=len(result.attempts), duration_s=result.duration_s)
+            record(result)
             return result
 
         def skip_step(step_id: str, reason: str) -> StepResult:
@@ -63,10 +76,7 @@ class Executor:
             services.observer.step_skipped(step)
             result = StepResult(id=step_id, tool=step.tool, capability=step.capability,
                                 status="skipped", skipped_reason=reason)
-            run.record_step(result)
-            services.recorder.save_step(result)
-            services.events.emit("step_finished", step_id=step_id, status="skipped",
-                                 attempts=0, duration_s=0.0, reason=reason)
+            record(result, reason=reason)
             return result
 
         results = await run_dag(plan, run_step, skip_step, done=done,

@@ -55,7 +55,14 @@ from orchestration._transport import CallTrace
 from orchestration.errors import StoreError
 from orchestration.plan import Step, ValidatedPlan
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError
-from orchestration.result import Attempt, AttemptOutcome, PendingApproval, Provenance, StepResult
+from orchestration.result import (
+    Attempt,
+    AttemptOutcome,
+    PendingApproval,
+    Provenance,
+    StepResult,
+    StepStatus,
+)
 from orchestration.retry_policy import RetryPolicy
 from orchestration.services import RunServices
 from orchestration.state import RunState
@@ -92,6 +99,7 @@ class StepRunner:
         self.capabilities = capabilities
         self.handlers = handlers
         self.resume = resume or ResumePoint()
+        self._stopped: dict[str, StepResult] = {}  # steps their run's cancellation stopped
 
     async def run_step(self, step_id: str) -> StepResult:
         """Run ``step_id`` to its end; a failure is a failed result, never an exception."""
@@ -113,18 +121,64 @@ class StepRunner:
             except AwaitApproval as paused:
                 return self._paused(state, paused, wall_started, loop.time() - started)
             except asyncio.CancelledError:
-                # the run was cancelled: this task returns no result, so the step is
-                # recorded here — failed, with the attempt that was in flight — and the
-                # cancellation goes on
-                result = self._result(step, state, None, self._cancelled_error(state),
-                                      wall_started, loop.time() - started)
-                self.run.record_step(result)
+                # the run's task was cancelled. On purpose (Orchestrator.acancel) the step
+                # ends here — cancelled, or unknown if a side-effect call was in flight —
+                # and the executor records it; on a shutdown it stays unfinished in the
+                # store, so a resume runs it again (this process's run state still says
+                # what happened to it)
+                result = self._stopped_result(step, state, wall_started, loop.time() - started)
+                self._stopped[step_id] = result
+                if not services.cancellation.requested:
+                    self.run.record_step(result)
                 observation.finished(result)
                 raise
             result = self._result(step, state, output, error, wall_started,
                                   loop.time() - started)
             observation.finished(result)
         return result
+
+    def cancelled(self, step_id: str, reason: str) -> StepResult:
+        """The result of a step stopped because the run was cancelled on purpose
+        (``reason``): its finished attempts kept; ``unknown`` (``OUTCOME_UNKNOWN``, the
+        request in its details) when its call with a side effect was in flight, since the
+        tool may have processed it; ``cancelled`` otherwise."""
+        result = self._stopped.get(step_id)
+        if result is None:  # cancelled before it started
+            step = self.plan.steps[step_id]
+            result = StepResult(id=step.id, tool=step.tool, capability=step.capability,
+                                status="cancelled", error=StepError(
+                                    category=ErrorCategory.CANCELLED, code="RUN_CANCELLED",
+                                    message="the run was cancelled before this step ran",
+                                    source=ErrorSource.ENGINE, request_sent=False,
+                                    step_id=step.id, tool=step.tool,
+                                    capability=step.capability))
+        assert result.error is not None
+        return result.model_copy(update={"error": result.error.model_copy(update={
+            "message": f"{result.error.message} ({reason})",
+            "details": {**result.error.details, "cancelled": reason}})})
+
+    def _stopped_result(self, step: Step, state: StepState, wall_started: float,
+                        duration_s: float) -> StepResult:
+        """A step whose run's task was cancelled while it ran."""
+        last = state.last_attempt
+        in_flight = last is not None and last.outcome == "cancelled"
+        status: StepStatus = "cancelled"
+        error = self._cancelled_error(state)
+        if in_flight and not state.capability.is_idempotent:
+            assert last is not None
+            status = "unknown"
+            error = StepError(
+                category=ErrorCategory.INTERNAL_ERROR, code="OUTCOME_UNKNOWN",
+                message="the run was cancelled while this step's call, which has a side "
+                        "effect, was in flight; the tool may have processed it (the request "
+                        "is in details.request)",
+                source=ErrorSource.ENGINE, retryable=False, request_sent=True,
+                details={"request": last.params})
+        return StepResult(
+            id=step.id, tool=step.tool, capability=step.capability, status=status,
+            error=error.model_copy(update={"step_id": step.id, "tool": step.tool,
+                                           "capability": step.capability}),
+            attempts=state.attempts, started_at_s=wall_started, duration_s=duration_s)
 
     @staticmethod
     def _result(

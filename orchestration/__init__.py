@@ -28,6 +28,7 @@ from orchestration.errors import (
     ToolFailed,
 )
 from orchestration.events import RunEvent
+from orchestration.handle import RunHandle
 from orchestration.layer_settings import LayerSettings
 from orchestration.llm.base import LLMClient, LLMRequest, LLMResponse, TokenUsage
 from orchestration.llm.scripted import ScriptedLLM
@@ -85,6 +86,7 @@ __all__ = [
     "RetryExhausted",
     "RetryPolicy",
     "RunEvent",
+    "RunHandle",
     "RunLeased",
     "RunNotFound",
     "RunResult",

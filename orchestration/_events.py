@@ -4,6 +4,10 @@ One :class:`EventSink` per run numbers the events and hands each, in order, to e
 consumer. A consumer that raises never breaks the run: the first failure is logged and
 that consumer gets nothing more. An async callback is awaited by a consumer task of its
 own, so a slow consumer delays neither the run nor the other consumers.
+
+The sink also keeps the events of its execution, so a reader that arrives while the run
+is going (``RunHandle.events()``, the server's event stream) gets every event of this
+execution even when the store has not been written yet (writes are batched).
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ class EventSink:
         self._queues: list[asyncio.Queue[RunEvent | None]] = []
         self._tasks: list[asyncio.Future[Any]] = []
         self._broken: set[int] = set()
+        self._history: list[RunEvent] = []
+        self._closed = False
 
     def subscribe(self, callback: EventCallback) -> None:
         """Call ``callback(event)`` for every event from now on (sync, or async: awaited
@@ -50,11 +56,30 @@ class EventSink:
         else:
             self._callbacks.append(callback)
 
-    def queue(self) -> asyncio.Queue[RunEvent | None]:
-        """A queue that receives every event from now on, and None when the run ends."""
+    def queue(self, *, replay: bool = False) -> asyncio.Queue[RunEvent | None]:
+        """A queue that receives every event from now on, and None when the run ends.
+
+        With ``replay`` it first holds the events this execution emitted before (and None
+        at once if it has ended)."""
         queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
+        if replay:
+            for event in self._history:
+                queue.put_nowait(event)
+            if self._closed:
+                queue.put_nowait(None)
+                return queue
         self._queues.append(queue)
         return queue
+
+    @property
+    def watched(self) -> bool:
+        """Someone follows the run live (a callback or a queue): worth streaming to."""
+        return bool(self._callbacks or self._queues)
+
+    def unsubscribe(self, queue: asyncio.Queue[RunEvent | None]) -> None:
+        """Stop feeding ``queue`` (a reader that left)."""
+        if queue in self._queues:
+            self._queues.remove(queue)
 
     def emit(self, type: EventType, **data: Any) -> RunEvent:
         """Record one event and hand it to every consumer."""
@@ -63,6 +88,7 @@ class EventSink:
                          at=time.time(), data=data)
         if self.recorder is not None:
             self.recorder.save_event(event)
+        self._history.append(event)
         for index, callback in enumerate(self._callbacks):
             if index in self._broken:
                 continue
@@ -84,6 +110,7 @@ class EventSink:
 
     async def close(self) -> None:
         """The run is over: end the streams and let async callbacks drain."""
+        self._closed = True
         for queue in self._queues:
             queue.put_nowait(None)
         if self._tasks:

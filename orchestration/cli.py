@@ -610,6 +610,26 @@ def _add_run_history_commands(sub: Any) -> None:
     reject.set_defaults(fn=cmd_reject)
 
 
+# --- dagwright serve: the HTTP API and run viewer (orchestration/server, serve extra) ---
+def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        from orchestration.server import serve
+    except ImportError as exc:
+        raise DagwrightError(f"dagwright serve needs the serve extra ({exc.name} is missing): "
+                             "pip install 'dagwright[serve]'") from exc
+    return serve(host=args.host, port=args.port, insecure=args.insecure, out=out)
+
+
+def _add_serve_command(sub: Any) -> None:
+    http = sub.add_parser("serve", help="serve the HTTP API (/v1) and the run viewer (/ui); "
+                          "settings ORCH_SERVE_*, needs ORCH_CATALOG")
+    http.add_argument("--host", help="address to listen on (default: ORCH_SERVE_HOST, 127.0.0.1)")
+    http.add_argument("--port", type=int, help="port (default: ORCH_SERVE_PORT, 8080; 0: any)")
+    http.add_argument("--insecure", action="store_true",
+                      help="allow a non-loopback address without ORCH_SERVE_TOKEN")
+    http.set_defaults(fn=cmd_serve)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dagwright", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -657,6 +677,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8700)
     serve.set_defaults(fn=cmd_serve_tools)
     _add_run_history_commands(sub)
+    _add_serve_command(sub)
     return parser
 
 

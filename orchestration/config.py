@@ -220,6 +220,22 @@ class OrchestratorConfig(BaseSettings):
         "another process may resume it (renewed while the run is alive).",
     )
 
+    # --- dagwright serve -----------------------------------------------------------
+    serve_host: str = Field(
+        "127.0.0.1", description="Address `dagwright serve` listens on; a non-loopback "
+        "address needs ORCH_SERVE_TOKEN (or --insecure).")
+    serve_port: int = Field(8080, ge=0, le=65535, description="Port of `dagwright serve` "
+                            "(0: any free port).")
+    serve_max_runs: int = Field(
+        8, ge=1, description="Runs `dagwright serve` executes at once; past it a new run "
+        "or decision gets 429 with Retry-After.")
+    serve_token: SecretStr | None = Field(
+        None, description="Bearer token every /v1 and /ui request of `dagwright serve` "
+        "must carry (at least 16 characters); never logged.")
+    serve_max_body_bytes: int = Field(
+        1_048_576, ge=1024, description="Largest request body `dagwright serve` reads "
+        "(413 past it).")
+
     # --- observability ------------------------------------------------------------
     otel_exporter: Literal["none", "console", "otlp"] = Field(
         "none", description="Span exporter the CLI installs (a library user brings their own)."

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import os
 import re
@@ -48,11 +47,13 @@ from orchestration.errors import (
     StoreError,
 )
 from orchestration.events import RunEvent
+from orchestration.handle import RunHandle
 from orchestration.layer_settings import LayerSettings
 from orchestration.llm._factory import client_from_config
 from orchestration.llm._gateway import DebugRecorder, LLMGateway
 from orchestration.llm.base import LLMClient
 from orchestration.plan import Plan, ValidatedPlan, validate_plan
+from orchestration.protocol import ErrorCategory, ErrorSource, StepError
 from orchestration.redaction import Redactor
 from orchestration.result import (
     PLAN_APPROVAL,
@@ -72,17 +73,28 @@ from orchestration.telemetry._observer import Observer
 from planners.planner import Planner
 from planners.replan import RepairSituation
 
-__all__ = ["Orchestrator", "run_status"]
+__all__ = ["RUN_ID_PATTERN", "Orchestrator", "run_status"]
 
 log = logging.getLogger("dagwright.run")
 T = TypeVar("T")
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
+RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$"
+"""What a caller-chosen ``run_id`` may look like (it names files, URLs and log lines)."""
+_RUN_ID = re.compile(RUN_ID_PATTERN)
 
 
 def _check_run_id(run_id: str) -> None:
     if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
         raise ValueError(f"run_id {run_id!r} is not usable: use 1-200 letters, digits, '_', "
                          "'.', ':' or '-', starting with a letter or digit")
+
+
+def _log_background_failure(task: asyncio.Task[RunResult]) -> None:
+    """A run started with ``astart`` that failed: nobody may be awaiting it, so say so."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
+        log.error("a background run failed: %s: %s", type(exc).__name__, exc)
 
 
 def run_status(steps: dict[str, StepResult]) -> RunStatus:
@@ -137,6 +149,7 @@ class Orchestrator:
         self._store_opened = False
         self._retention: asyncio.Task[None] | None = None
         self._transports: dict[int, ToolTransport] = {}
+        self._active: dict[str, RunHandle] = {}
 
     @classmethod
     def from_env(
@@ -238,6 +251,17 @@ class Orchestrator:
         is sent) or lost a write on the way (the error carries the result),
         :class:`RunLeased` when another process is running it.
         """
+        return await self._arun(query, plan=plan, run_id=run_id, on_event=on_event)
+
+    async def _arun(
+        self,
+        query: str,
+        *,
+        plan: Plan | dict[str, Any] | None = None,
+        run_id: str | None = None,
+        on_event: EventCallback | None = None,
+        started: asyncio.Future[RunHandle] | None = None,
+    ) -> RunResult:
         await self._open_store()
         if run_id is not None:
             _check_run_id(run_id)
@@ -249,13 +273,148 @@ class Orchestrator:
                         f"({stored.state.query[:200]!r}); choose another run_id, or resume it")
                 if stored.state.status != "running":
                     return stored.state.to_result()
-                return await self._continue(stored, on_event=on_event)
+                return await self._continue(stored, on_event=on_event, started=started)
         run = RunState(run_id=run_id or uuid.uuid4().hex, query=query)
         if self.debug_store is not None:
             run.debug_path = str(self.debug_store.path)
         recorder = RunRecorder(self.store, run.run_id, lease_s=self.config.store_lease_s)
         await recorder.begin(run)
-        return await self._execute(run, recorder, plan=plan, on_event=on_event)
+        return await self._execute(run, recorder, plan=plan, on_event=on_event, started=started)
+
+    async def astart(
+        self,
+        query: str,
+        *,
+        plan: Plan | dict[str, Any] | None = None,
+        run_id: str | None = None,
+        on_event: EventCallback | None = None,
+    ) -> RunHandle:
+        """Start :meth:`arun` in the background; return once the run is recorded and held
+        by this process (so :meth:`aget_run` finds it), while it goes on.
+
+        Everything :meth:`arun` would raise before executing is raised here:
+        :class:`RunLeased` for a run id another call or process is executing (one run
+        id never runs twice at once), :class:`DagwrightError` for a run id taken by
+        another query, :class:`StoreError`. A finished run id gives a handle that is
+        already done, with the stored result. Stop the run with :meth:`acancel` (it ends
+        ``cancelled``) or :meth:`RunHandle.interrupt` (it stays resumable).
+        """
+        return await self._start(lambda started: self._arun(
+            query, plan=plan, run_id=run_id, on_event=on_event, started=started))
+
+    async def astart_resume(
+        self,
+        run_id: str,
+        *,
+        approvals: dict[str, Approval] | None = None,
+        on_event: EventCallback | None = None,
+    ) -> RunHandle:
+        """Start :meth:`aresume` in the background; return once the decisions are applied
+        and the run is held by this process.
+
+        Raises what :meth:`aresume` raises before executing (:class:`RunNotFound`,
+        :class:`ApprovalError`, :class:`RunLeased`); a run with nothing to do (finished,
+        or still waiting) gives a handle that is already done."""
+        return await self._start(lambda started: self._aresume(
+            run_id, approvals=approvals, on_event=on_event, started=started))
+
+    async def _start(
+        self, execute: Callable[[asyncio.Future[RunHandle]], Coroutine[Any, Any, RunResult]]
+    ) -> RunHandle:
+        """Run ``execute`` in a task of its own until it signals that the run started
+        executing (then the task goes on in the background) or ends without executing."""
+        loop = asyncio.get_running_loop()
+        started: asyncio.Future[RunHandle] = loop.create_future()
+        task = loop.create_task(execute(started))
+        try:
+            waiting: set[asyncio.Future[Any]] = {task, started}
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()  # the caller left before the run started: it stays resumable
+            raise
+        if started.done():
+            handle = started.result()
+            handle._owner = task
+            task.add_done_callback(_log_background_failure)
+            return handle
+        started.cancel()
+        return RunHandle.finished(task.result())  # or raise what stopped it
+
+    def active_run(self, run_id: str) -> RunHandle | None:
+        """The handle of ``run_id`` while this orchestrator executes it (started by
+        :meth:`arun`, :meth:`astart` or a resume); None otherwise."""
+        return self._active.get(run_id)
+
+    async def acancel(self, run_id: str, *, reason: str = "cancelled on request") -> RunResult:
+        """Cancel a run; it ends ``cancelled``, a final status (a resume returns it as it is).
+
+        A run this orchestrator is executing has its in-flight steps cancelled: each is
+        recorded with its attempts so far, ``cancelled`` (code ``CANCELLED``) or, when a
+        call with a side effect was in flight, ``unknown`` (``OUTCOME_UNKNOWN``: the tool
+        may have processed it). Steps that never started are ``skipped``; steps waiting
+        for approval are ``cancelled``. A run that waits for approval, or whose process
+        stopped, is cancelled in the store. A finished run is returned as it is.
+
+        This differs from a shutdown (a cancelled task, :meth:`RunHandle.interrupt`),
+        which leaves the run ``running`` for a resume. Raises :class:`RunNotFound` for an
+        unknown id and :class:`RunLeased` while another live process executes the run.
+        """
+        handle = self._active.get(run_id)
+        if handle is not None:
+            handle._request_cancel(reason)
+            try:
+                ended = await handle.result()
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise
+            else:
+                if ended.status != "awaiting_approval":
+                    return ended
+            # it paused, or was interrupted, before the cancellation reached it
+        await self._open_store()
+        stored = await self.store.load(run_id)
+        if stored is None:
+            raise RunNotFound(f"no run {run_id!r} in the run store {self.store.url}; "
+                              "'dagwright runs list' shows the runs it holds")
+        run = stored.state
+        if run.status not in ("running", "awaiting_approval"):
+            return run.to_result()
+        recorder = RunRecorder(self.store, run_id, lease_s=self.config.store_lease_s)
+        await recorder.take_over(stored)  # RunLeased while a live process executes it
+        sink = EventSink(run, recorder)
+        for marker in stored.open_calls:  # calls in flight when its process stopped
+            step = next((s for s in (run.plan or {}).get("steps", [])
+                         if s["id"] == marker.step_id), None)
+            if step is None or marker.step_id in run.steps:
+                continue
+            unknown = StepResult(
+                id=marker.step_id, tool=step["tool"], capability=step["capability"],
+                status="unknown", attempts=stored.attempts.get(marker.step_id, []),
+                error=StepError(
+                    category=ErrorCategory.INTERNAL_ERROR, code="OUTCOME_UNKNOWN",
+                    message="the run was cancelled after its process stopped while this "
+                            "step's call, which has a side effect, was in flight; the tool "
+                            "may have processed it (the request is in details.request)",
+                    source=ErrorSource.ENGINE, retryable=False, request_sent=True,
+                    step_id=marker.step_id, tool=step["tool"], capability=step["capability"],
+                    details={"request": marker.params, "attempt": marker.attempt}))
+            run.record_step(unknown)
+            self._announce_step(unknown, recorder, sink)
+        for changed in run.cancel(reason):
+            self._announce_step(changed, recorder, sink)
+        sink.emit("run_finished", status=run.status, error=run.error)
+        await sink.close()
+        await recorder.finish(run)
+        return run.to_result()
+
+    @staticmethod
+    def _announce_step(result: StepResult, recorder: RunRecorder, sink: EventSink) -> None:
+        """Record a step result settled outside the executor, and tell the readers."""
+        recorder.save_step(result)
+        extra = {"reason": result.skipped_reason} if result.skipped_reason else {}
+        sink.emit("step_finished", step_id=result.id, status=result.status,
+                  attempts=len(result.attempts), duration_s=result.duration_s, **extra)
 
     async def astream(
         self,
@@ -309,6 +468,16 @@ class Orchestrator:
         A finished run is returned as it is. Raises :class:`RunNotFound` for an unknown
         id and :class:`RunLeased` while another live process is executing the run.
         """
+        return await self._aresume(run_id, approvals=approvals, on_event=on_event)
+
+    async def _aresume(
+        self,
+        run_id: str,
+        *,
+        approvals: dict[str, Approval] | None = None,
+        on_event: EventCallback | None = None,
+        started: asyncio.Future[RunHandle] | None = None,
+    ) -> RunResult:
         await self._open_store()
         stored = await self.store.load(run_id)
         if stored is None:
@@ -318,6 +487,8 @@ class Orchestrator:
         if approvals and run.status != "awaiting_approval":
             raise ApprovalError(f"run {run_id!r} is not waiting for approval (it is "
                                 f"{run.status}); there is nothing to decide")
+        waiting = {sid: step for sid, step in run.steps.items()
+                   if step.status == "awaiting_approval"}
         expired = expire_approvals(run, self.config.approval_timeout_s)
         if run.status == "awaiting_approval" and not approvals and not expired:
             return run.to_result()  # nothing decided: it keeps waiting
@@ -335,13 +506,22 @@ class Orchestrator:
         if run.pending_approvals and not approvals and not expired:
             return run.to_result()
         run.status = "running"
-        return await self._continue(stored, approved=approved, on_event=on_event)
+        # steps a rejection or an expiry settled: recorded with the execution that follows
+        settled = [run.steps[sid] for sid in waiting
+                   if sid in run.steps and run.steps[sid].status != "awaiting_approval"]
+        return await self._continue(stored, approved=approved, on_event=on_event,
+                                    started=started, settled=settled)
 
     async def aget_run(self, run_id: str) -> RunResult | None:
-        """The run as the store has it (a running run with the steps finished so far).
+        """The run as the store has it (a running run with the steps finished so far);
+        a run this orchestrator is executing as it is in memory (fresher: store writes
+        are batched).
 
         Pending approvals older than ``ORCH_APPROVAL_TIMEOUT_S`` are rejected as expired
         here (and recorded); a resume then finishes the run."""
+        handle = self._active.get(run_id)
+        if handle is not None:
+            return handle.current()
         await self._open_store()
         stored = await self.store.load(run_id)
         if stored is None:
@@ -379,11 +559,13 @@ class Orchestrator:
         *,
         approved: dict[str, dict[str, Any]] | None = None,
         on_event: EventCallback | None = None,
+        started: asyncio.Future[RunHandle] | None = None,
+        settled: list[StepResult] | None = None,
     ) -> RunResult:
         recorder = RunRecorder(self.store, stored.state.run_id, lease_s=self.config.store_lease_s)
         await recorder.take_over(stored)
         return await self._execute(stored.state, recorder, stored=stored, approved=approved,
-                                   on_event=on_event)
+                                   on_event=on_event, started=started, settled=settled)
 
     async def _execute(
         self,
@@ -394,29 +576,81 @@ class Orchestrator:
         stored: StoredRun | None = None,
         approved: dict[str, dict[str, Any]] | None = None,
         on_event: EventCallback | None = None,
+        started: asyncio.Future[RunHandle] | None = None,
+        settled: list[StepResult] | None = None,
     ) -> RunResult:
-        """Run (or continue) ``run`` to its end under the observer; record its end."""
-        started = time.perf_counter()
+        """Run (or continue) ``run`` to its end under the observer; record its end.
+
+        The work runs in a task of its own, registered with a :class:`RunHandle` while it
+        runs (``started`` receives the handle), so that :meth:`acancel` stops exactly this
+        run and not its caller. A cancellation of the caller (a shutdown) reaches the work
+        too, and leaves the run resumable."""
         services = self._services(run, recorder)
         if on_event is not None:
             # someone watches the run live: the answer streams to them as it is written
             services.events.subscribe(on_event)
-            services = dataclasses.replace(services,
-                                           on_answer_delta=services.events.answer_delta)
+        for step in settled or ():  # decided before this execution (a rejection)
+            self._announce_step(step, recorder, services.events)
+        handle = RunHandle(run.run_id, run.query, state=run, sink=services.events,
+                           cancellation=services.cancellation)
+        self._active[run.run_id] = handle
+        try:
+            result = await self._execute_registered(run, services, handle, plan=plan,
+                                                    stored=stored, approved=approved or {},
+                                                    started=started)
+        except BaseException as exc:
+            handle._finish(exc)
+            raise
+        finally:
+            if self._active.get(run.run_id) is handle:
+                del self._active[run.run_id]
+        handle._finish(result)
+        return result
+
+    async def _execute_registered(
+        self,
+        run: RunState,
+        services: RunServices,
+        handle: RunHandle,
+        *,
+        plan: Plan | dict[str, Any] | None,
+        stored: StoredRun | None,
+        approved: dict[str, dict[str, Any]],
+        started: asyncio.Future[RunHandle] | None,
+    ) -> RunResult:
+        began = time.perf_counter()
+        recorder = services.recorder
         planned_by = "resume" if stored is not None else "caller" if plan is not None else "llm"
+        shutdown_too = False
         try:
             with self.observer.run(run, planned_by=planned_by) as observation:
                 run.trace_id = run.trace_id or observation.trace_id
-                await self._run(run, services, plan, stored, approved or {})
+                work = asyncio.get_running_loop().create_task(
+                    self._run(run, services, plan, stored, approved),
+                    name=f"dagwright-run-{run.run_id}")
+                handle._attach(work)
+                if started is not None and not started.done():
+                    started.set_result(handle)
+                try:
+                    await work
+                except asyncio.CancelledError:
+                    if not services.cancellation.requested:
+                        raise
+                    # cancelled on purpose (acancel): the run ends cancelled, for good
+                    task = asyncio.current_task()
+                    shutdown_too = task is not None and task.cancelling() > 0
+                    for result in run.cancel(services.cancellation.reason or "cancelled"):
+                        self._announce_step(result, recorder, services.events)
                 run.settle_budget()
         except BaseException:
-            # stopped from outside (cancelled): leave the run resumable, let go of it
+            # stopped from outside (a shutdown, a caller that left): leave the run
+            # resumable, let go of it
             with contextlib.suppress(StoreError):
                 await recorder.finish(None)
             await services.events.close()
             raise
         finally:
-            run.usage.wall_time_s += time.perf_counter() - started
+            run.usage.wall_time_s += time.perf_counter() - began
         services.events.emit("run_finished", status=run.status, error=run.error)
         await services.events.close()
         try:
@@ -424,6 +658,8 @@ class Orchestrator:
         except StoreError as exc:
             exc.result = run.to_result()
             raise
+        if shutdown_too:
+            raise asyncio.CancelledError
         return run.to_result()
 
     async def _run(
@@ -477,8 +713,10 @@ class Orchestrator:
         if run.budget_exceeded is not None:
             run.warn(f"answer synthesis skipped: {run.budget_exceeded.describe()}")
         elif self.config.synthesis_enabled and status != "failed":
-            # streamed to services.on_answer_delta when a run has a consumer for it
-            await answer_run(run, services, services.on_answer_delta)
+            # streamed (answer_delta events) when someone follows the run live
+            consumer = services.on_answer_delta or (
+                services.events.answer_delta if services.events.watched else None)
+            await answer_run(run, services, consumer)
 
     async def _replan_phase(
         self, run: RunState, services: RunServices, validated: ValidatedPlan

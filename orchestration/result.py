@@ -42,6 +42,7 @@ StepStatus = Literal[
     "skipped",
     "unknown",  # a side effect may or may not have happened (OUTCOME_UNKNOWN): not re-sent
     "awaiting_approval",  # paused before its call until a person decides (pending_approvals)
+    "cancelled",  # the run was cancelled while the step was running or waiting (code CANCELLED)
 ]
 RunStatus = Literal[
     "running",  # in progress, or interrupted (resume it)

@@ -9,10 +9,11 @@ the deadline is the run's own) and rebuilt where a stored run continues.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from orchestration._budget import RunBudget
+from orchestration._cancellation import Cancellation
 from orchestration._events import EventSink
 from orchestration._transport import ToolTransport
 from orchestration.catalog import Capability, Catalog
@@ -63,6 +64,9 @@ class RunServices:
     when set, receives the answer as it is streamed (the text of ``answer_delta`` events);
     without it the answer is asked for whole. ``calls`` compares calls for the re-send
     guard where the executor cannot be imported (None: compare raw parameters).
+    ``cancellation`` says whether a cancellation of
+    the run's task is deliberate (the run ends ``cancelled``) or a shutdown (it stays
+    resumable).
     """
 
     catalog: Catalog
@@ -78,3 +82,4 @@ class RunServices:
     budget: RunBudget
     on_answer_delta: AnswerDeltaConsumer | None = None
     calls: CallInspector | None = None
+    cancellation: Cancellation = field(default_factory=Cancellation)

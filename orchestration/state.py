@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, PrivateAttr
 
+from orchestration.protocol import ErrorCategory, ErrorSource, StepError
 from orchestration.result import (
     BudgetExceeded,
     PendingApproval,
@@ -133,6 +134,39 @@ class RunState(BaseModel):
         if reason not in (self.error or ""):
             self.error = f"run stopped: {reason}" + (f"; {self.error}" if self.error else "")
         self.finished_at = self.finished_at or time.time()
+
+    def cancel(self, reason: str) -> list[StepResult]:
+        """The run ends ``cancelled`` (a final status: a resume returns it as it is).
+
+        Steps waiting for a person become ``cancelled`` and their approvals are dropped;
+        steps of the plan that never started are ``skipped``. Steps stopped while they ran
+        were recorded by the executor as they stopped. Returns the step results this
+        added or changed, for the caller to record and announce.
+        """
+        changed: list[StepResult] = []
+        for step in list(self.steps.values()):
+            if step.status == "awaiting_approval":
+                changed.append(step.model_copy(update={
+                    "status": "cancelled",
+                    "error": StepError(
+                        category=ErrorCategory.CANCELLED, code="RUN_CANCELLED",
+                        message=f"the run was cancelled ({reason}) while this call waited "
+                                "for approval; it was not sent",
+                        source=ErrorSource.ENGINE, retryable=False, request_sent=False,
+                        step_id=step.id, tool=step.tool, capability=step.capability)}))
+        for plan_step in (self.plan or {}).get("steps", []):
+            if plan_step["id"] not in self.steps:
+                changed.append(StepResult(
+                    id=plan_step["id"], tool=plan_step["tool"],
+                    capability=plan_step["capability"], status="skipped",
+                    skipped_reason=f"the run was cancelled ({reason}) before this step started"))
+        for result in changed:
+            self.record_step(result)
+        self.pending_approvals = []
+        self.status = "cancelled"
+        self.error = f"cancelled: {reason}"
+        self.finished_at = time.time()
+        return changed
 
     # --- reading it ---------------------------------------------------------------------
     @property

@@ -26,6 +26,8 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
+        self.registry = registry
+        """Where these metrics are registered (what a ``/metrics`` endpoint serves)."""
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.runs = Counter("orchestration_runs", "Runs by final status.", ["status"], registry=r)
         self.run_duration = Histogram(

@@ -156,10 +156,17 @@ def test_a_retry_the_deadline_stops_during_its_backoff_is_recorded_as_not_sent(
     assert step.error is not None and step.error.request_sent is False
 
 
-async def test_cancelling_a_run_records_the_attempt_in_flight(hostile_tool: HostileTool) -> None:
+@pytest.mark.parametrize(("idempotent", "status", "code"), [
+    (True, "cancelled", "RUN_CANCELLED"),  # safe to send again: a resume re-runs it
+    (False, "unknown", "OUTCOME_UNKNOWN"),  # a side effect may have happened: we say so
+])
+async def test_cancelling_a_run_records_the_attempt_in_flight(
+    hostile_tool: HostileTool, idempotent: bool, status: str, code: str,
+) -> None:
     hostile_tool.always("/hang", Hang(10))
     catalog = Catalog()
-    catalog.add_http(tool="t", capability="hang", url=hostile_tool.url("/hang"))
+    catalog.add_http(tool="t", capability="hang", url=hostile_tool.url("/hang"),
+                     idempotent=idempotent)
     orchestrator = orch(catalog)
     seen: list[Any] = []
     original = orchestrator.executor.execute
@@ -180,6 +187,6 @@ async def test_cancelling_a_run_records_the_attempt_in_flight(hostile_tool: Host
     await orchestrator.aclose()
     (run,) = seen
     step = run.steps["a"]
-    assert step.status == "failed" and step.error is not None
-    assert step.error.code == "RUN_CANCELLED" and step.error.request_sent is True
+    assert step.status == status and step.error is not None
+    assert step.error.code == code and step.error.request_sent is True
     assert [a.outcome for a in step.attempts] == ["cancelled"]

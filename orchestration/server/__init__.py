@@ -1,0 +1,16 @@
+"""``dagwright serve``: dagwright as an HTTP service, with a run viewer.
+
+* :func:`create_app` — the ASGI app (Starlette) for a service that mounts it itself:
+  ``/v1`` (submit a run and poll it, follow its events, decide approvals, cancel),
+  ``/ui`` (the run viewer), ``/healthz``, ``/metrics``;
+* :func:`serve` — what ``dagwright serve`` runs: the app under uvicorn, with the
+  ``ORCH_SERVE_*`` settings and the refusal to listen beyond loopback without a token.
+
+Needs the ``serve`` extra (``pip install 'dagwright[serve]'``); ``import orchestration``
+does not. See ``docs/serve.md``.
+"""
+
+from orchestration.server._app import create_app
+from orchestration.server._serve import serve
+
+__all__ = ["create_app", "serve"]

@@ -1,0 +1,186 @@
+"""The runs a server executes: at most ``max_runs`` at once, resumed after a crash,
+stopped at shutdown so that they stay resumable.
+
+Every execution the server starts — a new run, a run continued after a person's
+decision, an interrupted run resumed at start — takes one slot from the moment it is
+asked for (so two requests at once cannot both take the last slot) until it ends. Past
+the bound a request gets :class:`Busy` (the API answers 429 with ``Retry-After``).
+
+Readers of a run's event stream wait on :meth:`RunManager.watch`; the manager wakes them
+when an execution of that run starts or ends here, so a stream that waited through an
+approval goes on the moment the run does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from orchestration.errors import DagwrightError, RunLeased
+from orchestration.handle import RunHandle
+from orchestration.orchestrator import Orchestrator
+from orchestration.result import Approval
+
+__all__ = ["Busy", "RunManager"]
+
+log = logging.getLogger("dagwright.serve")
+
+RETRY_AFTER_S = 5
+"""What a 429 tells a client to wait: runs take seconds to minutes."""
+
+
+class Busy(Exception):
+    """Every slot is taken."""
+
+    def __init__(self, max_runs: int, *, closing: bool = False) -> None:
+        super().__init__("this server is shutting down; try again in a few seconds" if closing
+                         else f"this server already executes {max_runs} runs "
+                         f"(ORCH_SERVE_MAX_RUNS={max_runs}); try again in a few seconds")
+        self.retry_after_s = RETRY_AFTER_S
+
+
+class RunManager:
+    """Starts, continues and stops the executions of one server."""
+
+    def __init__(self, orchestrator: Orchestrator, *, max_runs: int) -> None:
+        self.orchestrator = orchestrator
+        self.max_runs = max_runs
+        self.closing = False
+        self.recovered: list[str] = []
+        """Runs resumed at start because a crash had interrupted them."""
+        self._used = 0
+        self._executions: dict[str, RunHandle] = {}
+        self._watchers: dict[str, set[asyncio.Event]] = {}
+        self._slot_freed = asyncio.Event()
+        self._recovery: asyncio.Task[None] | None = None
+
+    @property
+    def active(self) -> int:
+        """Slots in use: executions running plus those being started."""
+        return self._used
+
+    # --- starting ---------------------------------------------------------------------
+    async def start(self, query: str, *, plan: dict[str, object] | None,
+                    run_id: str | None) -> RunHandle:
+        """A new run (or the existing one of ``run_id``: see ``Orchestrator.astart``)."""
+        self._take_slot()
+        try:
+            handle = await self.orchestrator.astart(query, plan=plan, run_id=run_id)
+        except BaseException:
+            self._free_slot()
+            raise
+        self._track(handle)
+        return handle
+
+    async def decide(self, run_id: str, step_id: str, approval: Approval) -> RunHandle:
+        """Apply a person's decision and continue the run in the background."""
+        self._take_slot()
+        try:
+            handle = await self.orchestrator.astart_resume(run_id, approvals={step_id: approval})
+        except BaseException:
+            self._free_slot()
+            raise
+        self._track(handle)
+        return handle
+
+    def _take_slot(self) -> None:
+        if self.closing:
+            raise Busy(self.max_runs, closing=True)
+        if self._used >= self.max_runs:
+            raise Busy(self.max_runs)
+        self._used += 1
+
+    def _free_slot(self) -> None:
+        self._used -= 1
+        self._slot_freed.set()
+
+    def _track(self, handle: RunHandle) -> None:
+        if handle.done():  # nothing to execute (a finished run id, a run that still waits)
+            self._free_slot()
+            return
+        self._executions[handle.run_id] = handle
+        self._wake(handle.run_id)
+        handle.add_done_callback(self._ended)
+
+    def _ended(self, handle: RunHandle) -> None:
+        if self._executions.get(handle.run_id) is handle:
+            del self._executions[handle.run_id]
+        self._free_slot()
+        self._wake(handle.run_id)
+
+    # --- after a crash ----------------------------------------------------------------
+    def start_recovery(self) -> None:
+        """Resume, in the background, the runs a crash left ``running``."""
+        self._recovery = asyncio.get_running_loop().create_task(
+            self._recover(), name="dagwright-serve-recovery")
+
+    async def _recover(self) -> None:
+        """Each interrupted run is resumed as a slot is free, oldest first. A run whose
+        lease a live process holds (another server executing it) raises ``RunLeased``
+        and is left to it."""
+        try:
+            interrupted = await self.orchestrator.alist_runs(status="running", limit=10_000)
+        except DagwrightError as exc:
+            log.error("could not list interrupted runs to resume them: %s", exc)
+            return
+        for summary in reversed(interrupted):
+            if self.orchestrator.active_run(summary.run_id) is not None:
+                continue
+            while self._used >= self.max_runs and not self.closing:
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
+            if self.closing:
+                return
+            self._take_slot()
+            try:
+                handle = await self.orchestrator.astart_resume(summary.run_id)
+            except RunLeased:
+                self._free_slot()
+                log.info("run %s is executed by another live process; not resumed here",
+                         summary.run_id)
+                continue
+            except DagwrightError as exc:
+                self._free_slot()
+                log.warning("could not resume interrupted run %s: %s", summary.run_id, exc)
+                continue
+            self._track(handle)
+            self.recovered.append(summary.run_id)
+            log.info("resumed run %s, interrupted by a stop of its process", summary.run_id)
+
+    # --- readers ----------------------------------------------------------------------
+    def watch(self, run_id: str) -> asyncio.Event:
+        """An event set when an execution of ``run_id`` starts or ends here (or the
+        server closes); :meth:`unwatch` it after."""
+        event = asyncio.Event()
+        self._watchers.setdefault(run_id, set()).add(event)
+        return event
+
+    def unwatch(self, run_id: str, event: asyncio.Event) -> None:
+        watchers = self._watchers.get(run_id)
+        if watchers is not None:
+            watchers.discard(event)
+            if not watchers:
+                del self._watchers[run_id]
+
+    def _wake(self, run_id: str) -> None:
+        for event in self._watchers.get(run_id, ()):
+            event.set()
+
+    # --- stopping ---------------------------------------------------------------------
+    async def shutdown(self) -> None:
+        """Stop every execution as a process shutdown does: the runs stay ``running`` in
+        the store and the next server start resumes them."""
+        self.closing = True
+        self._slot_freed.set()
+        if self._recovery is not None and not self._recovery.done():
+            self._recovery.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._recovery
+        executions = list(self._executions.values())
+        if executions:
+            log.info("stopping %d run(s); they stay resumable and are resumed at the next "
+                     "start", len(executions))
+            await asyncio.gather(*(h.interrupt() for h in executions), return_exceptions=True)
+        for run_id in list(self._watchers):
+            self._wake(run_id)

@@ -1,0 +1,202 @@
+"""Who may talk to the server, and how much: the token, same-origin writes, body size.
+
+Three small ASGI middlewares, outermost first in ``create_app``:
+
+* :class:`BodyLimit` reads a request body up to ``max_bytes`` and answers 413 past it
+  (a declared ``Content-Length`` is refused before anything is read);
+* :class:`SameOriginWrites` refuses a POST whose ``Origin`` is another site: a page
+  elsewhere could otherwise make a browser start runs on a server on 127.0.0.1, which
+  needs no token;
+* :class:`TokenAuth`: with a token, every ``/v1`` and ``/ui`` request needs
+  ``Authorization: Bearer <token>`` (compared in constant time). Browsers cannot add
+  that header to a page load or an ``EventSource``, so ``/login`` trades the token for an
+  HttpOnly, SameSite=Strict session cookie holding an HMAC of the token (not the token).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+from urllib.parse import quote
+
+from starlette.datastructures import Headers
+from starlette.responses import HTMLResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from orchestration.errors import ConfigError
+from orchestration.server._errors import error_response
+
+__all__ = ["LOOPBACK_HOSTS", "SESSION_COOKIE", "BodyLimit", "SameOriginWrites", "TokenAuth",
+           "check_exposure", "check_token", "is_loopback", "session_value"]
+
+SESSION_COOKIE = "dagwright_session"
+LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
+"""The Host headers a loopback server without a token accepts (against DNS rebinding)."""
+_PROTECTED = ("/v1", "/ui")
+MIN_TOKEN_CHARS = 16
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address; a name other than localhost may resolve
+    to anything, so it is not."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_token(token: str | None) -> None:
+    """A token must be long enough not to be guessed (the value is never echoed)."""
+    if token is not None and len(token) < MIN_TOKEN_CHARS:
+        raise ConfigError(
+            f"ORCH_SERVE_TOKEN has {len(token)} characters; use at least {MIN_TOKEN_CHARS}, "
+            "e.g. the output of: python -c 'import secrets; print(secrets.token_urlsafe(32))'")
+
+
+def check_exposure(host: str, token: str | None, insecure: bool) -> None:
+    """Refuse to listen beyond this machine without a token, unless told ``--insecure``."""
+    if token is None and not insecure and not is_loopback(host):
+        raise ConfigError(
+            f"refusing to listen on {host} without a token: anyone who can reach it could "
+            "start runs that call your tools. Set ORCH_SERVE_TOKEN (at least "
+            f"{MIN_TOKEN_CHARS} characters), listen on 127.0.0.1, or pass --insecure if the "
+            "network itself is protected")
+
+
+def session_value(token: str) -> str:
+    """What the viewer's session cookie holds: an HMAC of the token, so a stolen cookie
+    does not reveal the token (it still opens the viewer, like the token)."""
+    return hmac.new(token.encode(), b"dagwright-ui-session", hashlib.sha256).hexdigest()
+
+
+def _same(given: str, expected: str) -> bool:
+    return hmac.compare_digest(given.encode(), expected.encode())
+
+
+class TokenAuth:
+    """With a token, ``/v1`` and ``/ui`` need the bearer token or the session cookie."""
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        self.app = app
+        self.token = token
+        self.session = session_value(token) if token is not None else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.token is None or self.session is None:
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        if not any(path == p or path.startswith(p + "/") for p in _PROTECTED):
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        scheme, _, value = headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and _same(value.strip(), self.token):
+            await self.app(scope, receive, send)
+            return
+        cookie = _cookie(headers.get("cookie", ""), SESSION_COOKIE)
+        if cookie is not None and _same(cookie, self.session):
+            await self.app(scope, receive, send)
+            return
+        await self._refuse(scope, headers)(scope, receive, send)
+
+    @staticmethod
+    def _refuse(scope: Scope, headers: Headers) -> Response:
+        challenge = {"WWW-Authenticate": 'Bearer realm="dagwright"'}
+        if scope["path"].startswith("/ui") and "text/html" in headers.get("accept", ""):
+            root = scope.get("root_path", "")
+            target = quote(root + scope["path"], safe="/")
+            return HTMLResponse(
+                "<!doctype html><title>dagwright: sign in</title><p>This viewer needs the "
+                f'server\'s token. <a href="{root}/login?next={target}">Sign in</a></p>',
+                status_code=401, headers=challenge)
+        return error_response(401, "unauthorized",
+                              "this server needs 'Authorization: Bearer <token>' "
+                              "(the value of ORCH_SERVE_TOKEN)", headers=challenge)
+
+
+def _cookie(header: str, name: str) -> str | None:
+    for part in header.split(";"):
+        key, _, value = part.strip().partition("=")
+        if key == name:
+            return value
+    return None
+
+
+class SameOriginWrites:
+    """A POST from a page of another origin is refused (403): browsers send ``Origin``
+    with every cross-origin POST, and a form or a ``fetch`` from any site could
+    otherwise reach a server on 127.0.0.1."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] not in ("GET", "HEAD", "OPTIONS"):
+            headers = Headers(scope=scope)
+            origin = headers.get("origin")
+            if origin is not None:
+                own = f"{scope.get('scheme', 'http')}://{headers.get('host', '')}"
+                if origin != own:
+                    response = error_response(
+                        403, "forbidden_origin",
+                        f"a request from a page of {origin} may not change anything here "
+                        f"({own}); call the API from a server, or from the viewer itself")
+                    await response(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+
+class BodyLimit:
+    """Read at most ``max_bytes`` of a request body; 413 past it.
+
+    The body is read here whole (requests to this API are small JSON documents) and
+    handed to the app as one message, so a handler never sees a body cut short."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        declared = Headers(scope=scope).get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._too_large(int(declared))(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._too_large(size)(scope, receive, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        delivered = False
+
+        async def replay() -> Message:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    def _too_large(self, size: int) -> Response:
+        return error_response(
+            413, "payload_too_large",
+            f"the request body has {size} bytes or more; this server reads at most "
+            f"{self.max_bytes} (ORCH_SERVE_MAX_BODY_BYTES)",
+            details={"max_bytes": self.max_bytes})

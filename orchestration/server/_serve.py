@@ -1,0 +1,76 @@
+"""``dagwright serve``: the app under uvicorn, configured from ``ORCH_SERVE_*``.
+
+The socket is bound here before uvicorn starts, so the address printed is the one
+listened on (``--port 0`` picks a free port) and a refused address fails before the
+orchestrator is built.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from typing import TextIO
+
+import uvicorn
+
+from orchestration.config import OrchestratorConfig
+from orchestration.errors import ConfigError
+from orchestration.logging_setup import configure_logging
+from orchestration.orchestrator import Orchestrator
+from orchestration.server._app import create_app
+from orchestration.server._security import LOOPBACK_HOSTS, check_exposure, check_token, is_loopback
+
+__all__ = ["serve"]
+
+GRACEFUL_SHUTDOWN_S = 10
+"""How long a stop waits for open requests (a ``wait`` call, an event stream)."""
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc} "
+                          "(choose another --port or --host)") from exc
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(*, host: str | None = None, port: int | None = None, insecure: bool = False,
+          config: OrchestratorConfig | None = None, out: TextIO | None = None) -> int:
+    """Serve until interrupted (SIGINT/SIGTERM: runs in flight stay resumable and are
+    resumed at the next start). Raises :class:`ConfigError` for an address it must not
+    or cannot listen on, a short token, or a missing catalog."""
+    out = out or sys.stdout
+    config = config or OrchestratorConfig()
+    host = host or config.serve_host
+    port = config.serve_port if port is None else port
+    token = config.serve_token.get_secret_value() if config.serve_token is not None else None
+    token = token or None
+    check_token(token)
+    check_exposure(host, token, insecure)
+    configure_logging(config)
+    orchestrator = Orchestrator.from_env(config=config)
+    sock = _bind(host, port)
+    try:
+        app = create_app(orchestrator, token=token, close_orchestrator=True,
+                         allowed_hosts=LOOPBACK_HOSTS if token is None and is_loopback(host)
+                         else None)
+        shown = f"[{host}]" if ":" in host else host
+        actual = sock.getsockname()[1]
+        out.write(f"dagwright serve: http://{shown}:{actual}/ui/ (API under /v1; "
+                  f"{'a bearer token is required' if token else 'no token'}; "
+                  f"at most {config.serve_max_runs} runs at once)\n")
+        out.flush()
+        server = uvicorn.Server(uvicorn.Config(
+            app, log_level=config.log_level.lower(), lifespan="on",
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, log_config=None))
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+        orchestrator.close()
+    return 0

@@ -1,0 +1,127 @@
+"""The run viewer: ``/ui/`` (recent runs) and ``/ui/runs/{run_id}`` (one run), plus
+``/login`` for browsers when the server has a token.
+
+Pages are rendered on the server with Jinja2 (autoescaped) from the package's
+templates; the DAG and the timeline are inline SVG. ``static/viewer.js`` only recolours
+steps from the event stream, refreshes the page's sections by fetching the page again,
+and posts approvals. Nothing is loaded from elsewhere, which the Content-Security-Policy
+sent with every page enforces.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from typing import Any
+from urllib.parse import parse_qs
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from orchestration.errors import StoreError
+from orchestration.result import RunStatus
+from orchestration.server._api import RUN_STATUSES, read_run
+from orchestration.server._dag import NODE_H, NODE_W
+from orchestration.server._errors import ApiError
+from orchestration.server._runs import RunManager
+from orchestration.server._security import SESSION_COOKIE, session_value
+from orchestration.server._view import BAR_W, run_view
+
+__all__ = ["PAGE_HEADERS", "ui_routes"]
+
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
+                               "img-src 'self' data:; connect-src 'self'; form-action 'self'; "
+                               "base-uri 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+_templates = Environment(loader=PackageLoader("orchestration.server", "templates"),
+                         autoescape=select_autoescape(["html"]), trim_blocks=True,
+                         lstrip_blocks=True)
+_templates.filters["when"] = lambda ts: (time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+                                         if ts else "–")
+
+
+def _render(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+    root = request.scope.get("root_path", "")
+    html = _templates.get_template(template).render(base=root, static=f"{root}/static",
+                                                    **context)
+    return HTMLResponse(html, status_code=status_code, headers=PAGE_HEADERS)
+
+
+def _manager(request: Request) -> RunManager:
+    manager: RunManager = request.app.state.runs
+    return manager
+
+
+async def runs_page(request: Request) -> Response:
+    status: str | None = request.query_params.get("status") or None
+    if status not in (None, *RUN_STATUSES):
+        status = None
+    manager = _manager(request)
+    try:
+        runs = await manager.orchestrator.alist_runs(status, 100)
+    except StoreError as exc:
+        return _render(request, "error.html", 503, title="run store unavailable",
+                       message=str(exc))
+    statuses: list[RunStatus] = list(RUN_STATUSES)
+    return _render(request, "runs.html", runs=runs, status=status, statuses=statuses,
+                   active=manager.active, max_runs=manager.max_runs)
+
+
+async def run_page(request: Request) -> Response:
+    manager = _manager(request)
+    run_id = request.path_params["run_id"]
+    try:
+        result = await read_run(manager, run_id)
+    except ApiError as exc:
+        return _render(request, "error.html", exc.status, title="run not found"
+                       if exc.status == 404 else "run unavailable", message=exc.message)
+    events = await manager.orchestrator.aget_events(run_id)
+    return _render(request, "run.html", view=run_view(result, events), node_w=NODE_W,
+                   node_h=NODE_H, bar_w=BAR_W)
+
+
+def _next_page(target: str | None) -> str:
+    """Only pages of the viewer: never an open redirect elsewhere."""
+    if target and target.startswith("/ui") and "//" not in target and "\\" not in target:
+        return target
+    return "/ui/"
+
+
+async def login(request: Request) -> Response:
+    token: str | None = request.app.state.token
+    root = request.scope.get("root_path", "")
+    if request.method == "GET":
+        return _render(request, "login.html", next=_next_page(request.query_params.get("next")),
+                       needed=token is not None, failed=False)
+    form = parse_qs((await request.body()).decode("utf-8", "replace"))
+    target = _next_page((form.get("next") or [""])[0])
+    given = (form.get("token") or [""])[0]
+    if token is None:
+        return RedirectResponse(root + target, status_code=303)
+    if not hmac.compare_digest(given.encode(), token.encode()):
+        return _render(request, "login.html", 401, next=target, needed=True, failed=True)
+    response = RedirectResponse(root + target, status_code=303)
+    response.set_cookie(SESSION_COOKIE, session_value(token), httponly=True, samesite="strict",
+                        secure=request.url.scheme == "https", path=root or "/")
+    return response
+
+
+async def to_viewer(request: Request) -> Response:
+    return RedirectResponse(request.scope.get("root_path", "") + "/ui/", status_code=307)
+
+
+def ui_routes() -> list[Route]:
+    return [
+        Route("/", to_viewer, methods=["GET"]),
+        Route("/ui", to_viewer, methods=["GET"]),
+        Route("/ui/", runs_page, methods=["GET"]),
+        Route("/ui/runs/{run_id}", run_page, methods=["GET"]),
+        Route("/login", login, methods=["GET", "POST"]),
+    ]

@@ -1,0 +1,248 @@
+"""What the run page shows, computed from a ``RunResult`` and the run's events.
+
+The template only lays out what is here: the DAG picture, one timeline row per step
+(its bar on the run's time axis, one segment per attempt: the wait before it, then the
+call), each attempt's layer, outcome, parameters and error, and the pending approvals.
+An attempt whose parameters a layer got from an LLM (layer 3 or 4) is marked, and the
+run's LLM calls are counted by purpose.
+
+The time axis cuts out long stretches in which no step ran — a run that waited hours
+for an approval would otherwise squash all of its work into a sliver — and marks each
+cut, so the picture stays readable while the times shown stay true.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestration.events import RunEvent
+from orchestration.result import Attempt, RunResult, StepResult
+from orchestration.server._dag import DagPicture, layout
+from orchestration.server._stream import FINAL_STATUSES
+
+__all__ = ["BAR_W", "RunView", "run_view"]
+
+BAR_W = 240
+"""Width of a timeline bar in SVG units."""
+
+LAYER_NAMES = {
+    "plan": "planner (layer 1)",
+    "resilience": "resilience retry",
+    "validation_feedback": "validation feedback (layer 3)",
+    "semantic_retry": "semantic retry (layer 4)",
+    "transient_override": "transient override (layer 4)",
+    "approval": "approved by a person",
+}
+LLM_LAYERS = frozenset({"validation_feedback", "semantic_retry", "transient_override"})
+"""Layers whose attempts carry parameters (or a verdict) an LLM call produced."""
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def _seconds(value: float) -> str:
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    x: float
+    width: float
+    kind: str
+    """``delay`` (a wait before the attempt) or the attempt's outcome."""
+    title: str
+
+
+class TimeAxis:
+    """Maps wall-clock times of a run to x positions in ``[0, BAR_W]``, with idle gaps
+    longer than the run's busy time (and than a second) cut down to a short break."""
+
+    def __init__(self, spans: list[tuple[float, float]]) -> None:
+        merged: list[list[float]] = []
+        for start, end in sorted(spans):
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        busy = sum(end - start for start, end in merged)
+        self.origin = merged[0][0] if merged else 0.0
+        self.cut_gap = max(1.0, busy)
+        self.break_len = max(busy, 1e-3) * 0.04
+        self.pieces: list[tuple[float, float, float]] = []  # (real start, real end, axis start)
+        self.cuts: list[tuple[float, float]] = []  # (axis position, real seconds cut)
+        axis = 0.0
+        for index, (start, end) in enumerate(merged):
+            if index:
+                gap = start - merged[index - 1][1]
+                if gap > self.cut_gap:
+                    self.cuts.append((axis + self.break_len / 2, gap))
+                    axis += self.break_len
+                else:
+                    axis += gap
+            self.pieces.append((start, end, axis))
+            axis += end - start
+        self.length = max(axis, 1e-3)
+        self.real_span = (merged[-1][1] - self.origin) if merged else 0.0
+
+    def x(self, when: float) -> float:
+        """Where ``when`` falls on the bar (times inside a cut gap stay at its start)."""
+        position = 0.0
+        for start, end, axis in self.pieces:
+            if when < start:
+                break
+            position = axis + min(when, end) - start
+        return position * BAR_W / self.length
+
+    def cut_marks(self) -> list[tuple[float, str]]:
+        return [(axis * BAR_W / self.length, f"{_seconds(gap)} without a running step (cut)")
+                for axis, gap in self.cuts]
+
+
+@dataclass(slots=True)
+class AttemptView:
+    key: str
+    number: int
+    layer: str
+    layer_name: str
+    by_llm: bool
+    outcome: str
+    delay: str | None
+    latency: str
+    error_code: str | None
+    error_message: str | None
+    params_json: str
+    error_json: str | None
+    coercions: list[str]
+    validation_errors: list[str]
+    analysis: str | None
+    note: str | None
+
+
+@dataclass(slots=True)
+class StepView:
+    id: str
+    tool: str
+    capability: str
+    status: str
+    duration: str | None
+    attempts: list[AttemptView] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
+    bar: tuple[float, float] | None = None
+    cuts: list[tuple[float, str]] = field(default_factory=list)
+    output_json: str | None = None
+    error: str | None = None
+    skipped_reason: str | None = None
+
+
+@dataclass(slots=True)
+class PendingView:
+    step_id: str
+    capability: str | None
+    reason: str
+    params_json: str
+
+
+@dataclass(slots=True)
+class RunView:
+    result: RunResult
+    final: bool
+    dag: DagPicture | None
+    steps: list[StepView]
+    pending: list[PendingView]
+    llm_calls: list[tuple[str, int]]
+    span: str
+    counts: list[tuple[str, int]]
+    cut: str | None
+
+
+def _attempt_view(step_id: str, attempt: Attempt) -> AttemptView:
+    error = attempt.error
+    return AttemptView(
+        key=f"{step_id}#{attempt.number}", number=attempt.number, layer=attempt.layer,
+        layer_name=LAYER_NAMES.get(attempt.layer, attempt.layer),
+        by_llm=attempt.layer in LLM_LAYERS, outcome=attempt.outcome,
+        delay=_seconds(attempt.delay_s) if attempt.delay_s else None,
+        latency=_seconds(attempt.latency_s),
+        error_code=error.code if error is not None else None,
+        error_message=error.message if error is not None else None,
+        params_json=_json(attempt.params),
+        error_json=_json(error.model_dump(mode="json", exclude_none=True))
+        if error is not None else None,
+        coercions=[f"{c.path}: {c.old!r} → {c.new!r}" + (f" ({c.rule})" if c.rule else "")
+                   for c in attempt.coercions],
+        validation_errors=[str(v.get("message", v)) for v in attempt.validation_errors],
+        analysis=attempt.analysis, note=attempt.note)
+
+
+def _segments(step: StepResult, axis: TimeAxis) -> list[Segment]:
+    """The step's attempts one after the other from its start: the wait, then the call."""
+    if step.started_at_s is None:
+        return []
+    when = step.started_at_s
+    out = []
+    for attempt in step.attempts:
+        if attempt.delay_s:
+            out.append(Segment(axis.x(when), axis.x(when + attempt.delay_s) - axis.x(when),
+                               "delay", f"#{attempt.number}: waited {_seconds(attempt.delay_s)}"))
+            when += attempt.delay_s
+        width = max(axis.x(when + attempt.latency_s) - axis.x(when), 1.5)
+        out.append(Segment(axis.x(when), width, attempt.outcome,
+                           f"#{attempt.number} {attempt.layer}: {attempt.outcome} in "
+                           f"{_seconds(attempt.latency_s)}"))
+        when += attempt.latency_s
+    return out
+
+
+def run_view(result: RunResult, events: list[RunEvent]) -> RunView:
+    """The page's model of ``result``; ``events`` tell which steps are running now."""
+    finished = set(result.steps)
+    started = {e.data.get("step_id") for e in events if e.type == "step_started"}
+    statuses: dict[str, str] = {sid: s.status for sid, s in result.steps.items()}
+    for sid in started - finished:
+        if isinstance(sid, str):
+            statuses[sid] = "running"
+    plan_ids = [s["id"] for s in (result.plan or {}).get("steps", [])]
+    dag = layout(result.plan, statuses) if result.plan else None
+    timed = [s for s in result.steps.values() if s.started_at_s is not None]
+    axis = TimeAxis([(s.started_at_s or 0.0, (s.started_at_s or 0.0) + s.duration_s)
+                     for s in timed])
+    cuts = axis.cut_marks()
+    order = [sid for sid in plan_ids if sid in result.steps]
+    order += [sid for sid in result.steps if sid not in order]  # repair rounds' steps
+    order += [sid for sid in plan_ids if sid not in result.steps]  # not finished yet
+    steps = []
+    for sid in order:
+        step = result.steps.get(sid)
+        if step is None:
+            plan_step = next(s for s in (result.plan or {}).get("steps", []) if s["id"] == sid)
+            steps.append(StepView(id=sid, tool=plan_step["tool"],
+                                  capability=plan_step["capability"],
+                                  status=statuses.get(sid, "pending"), duration=None, cuts=cuts))
+            continue
+        bar = None
+        if step.started_at_s is not None:
+            start_x = axis.x(step.started_at_s)
+            bar = (start_x, max(axis.x(step.started_at_s + step.duration_s) - start_x, 1.5))
+        steps.append(StepView(
+            id=sid, tool=step.tool, capability=step.capability, status=step.status,
+            duration=_seconds(step.duration_s) if step.started_at_s is not None else None,
+            attempts=[_attempt_view(sid, a) for a in step.attempts],
+            segments=_segments(step, axis), bar=bar, cuts=cuts,
+            output_json=_json(step.output) if step.status == "succeeded" else None,
+            error=step.error.describe() if step.error is not None else None,
+            skipped_reason=step.skipped_reason))
+    pending = [PendingView(step_id=p.step_id,
+                           capability=f"{p.tool}.{p.capability}" if p.tool else None,
+                           reason=p.reason, params_json=_json(p.params))
+               for p in result.pending_approvals]
+    counts: dict[str, int] = {}
+    for step_view in steps:
+        counts[step_view.status] = counts.get(step_view.status, 0) + 1
+    llm = [(purpose, slot.get("calls", 0)) for purpose, slot in result.usage.by_purpose.items()]
+    return RunView(result=result, final=result.status in FINAL_STATUSES, dag=dag, steps=steps,
+                   pending=pending, llm_calls=llm, span=_seconds(axis.real_span),
+                   counts=sorted(counts.items()),
+                   cut=" and ".join(label for _, label in cuts) or None)

@@ -1,0 +1,117 @@
+"""Who may use the server: the token (header or the viewer's cookie), same-origin
+writes, the Host header of a loopback server, and the refusal to listen beyond loopback
+without a token."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from orchestration.cli import main
+from tests.orchestration.server.live import LiveServer, live_server, make_orchestrator
+from tests.support.side_effects import SideEffectTools, side_effect_tools
+
+TOKEN = "s3cret-token-for-tests-0123456789"
+QUOTE = {"query": "quote", "wait": True, "plan": {"steps": [
+    {"id": "q", "tool": "stocks", "capability": "quote", "params": {"symbol": "X"}}]}}
+
+
+@pytest.fixture
+def tools() -> Iterator[SideEffectTools]:
+    with side_effect_tools() as running:
+        yield running
+
+
+@pytest.fixture
+def guarded(tools: SideEffectTools) -> Iterator[LiveServer]:
+    with live_server(make_orchestrator(tools.catalog(), serve_token=TOKEN)) as live:
+        yield live
+
+
+def test_with_a_token_every_v1_and_ui_request_needs_it(guarded: LiveServer, tools: SideEffectTools) -> None:
+    with httpx.Client(base_url=guarded.url, timeout=10) as http:
+        for method, path in [("GET", "/v1/runs"), ("GET", "/v1/runs/x"), ("GET", "/v1/runs/x/events"),
+                             ("POST", "/v1/runs"), ("POST", "/v1/runs/x/cancel"), ("GET", "/ui/"),
+                             ("GET", "/ui/runs/x")]:
+            refused = http.request(method, path, json={} if method == "POST" else None)
+            assert refused.status_code == 401, (method, path)
+            assert refused.headers["www-authenticate"].startswith("Bearer")
+            assert refused.json()["error"]["code"] == "unauthorized"
+        wrong = http.get("/v1/runs", headers={"Authorization": f"Bearer {TOKEN}x"})
+        assert wrong.status_code == 401
+        basic = http.get("/v1/runs", headers={"Authorization": f"Basic {TOKEN}"})
+        assert basic.status_code == 401
+        assert tools.requests == []
+        # health and metrics stay open for probes and Prometheus
+        assert http.get("/healthz").status_code == 200 and http.get("/metrics").status_code == 200
+
+    with httpx.Client(base_url=guarded.url, timeout=10,
+                      headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+        assert http.post("/v1/runs", json=QUOTE).json()["status"] == "succeeded"
+        assert http.get("/ui/").status_code == 200
+
+
+def test_a_browser_signs_in_once_and_gets_a_cookie_not_the_token(guarded: LiveServer) -> None:
+    with httpx.Client(base_url=guarded.url, timeout=10) as browser:
+        page = browser.get("/ui/runs/x", headers={"Accept": "text/html"})
+        assert page.status_code == 401 and "/login?next=/ui/runs/x" in page.text
+        form = browser.get("/login", params={"next": "/ui/"})
+        assert form.status_code == 200 and 'type="password"' in form.text
+        failed = browser.post("/login", data={"token": "guess", "next": "/ui/"})
+        assert failed.status_code == 401 and "not the server's token" in failed.text
+        assert "dagwright_session" not in browser.cookies
+
+        signed = browser.post("/login", data={"token": TOKEN, "next": "https://evil.example/"})
+        assert signed.status_code == 303 and signed.headers["location"] == "/ui/"  # no open redirect
+        cookie = signed.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and TOKEN not in cookie
+        assert browser.get("/ui/").status_code == 200
+        assert browser.get("/v1/runs").status_code == 200  # the viewer's own API calls
+        browser.cookies.clear()
+        browser.cookies.set("dagwright_session", "forged")
+        assert browser.get("/v1/runs").status_code == 401
+
+
+def test_a_page_of_another_origin_cannot_start_runs(tools: SideEffectTools) -> None:
+    with live_server(make_orchestrator(tools.catalog())) as server, \
+            httpx.Client(base_url=server.url, timeout=10) as http:
+        foreign = http.post("/v1/runs", json=QUOTE, headers={"Origin": "https://evil.example"})
+        assert foreign.status_code == 403 and foreign.json()["error"]["code"] == "forbidden_origin"
+        own = http.post("/v1/runs", json=QUOTE, headers={"Origin": server.url})
+        assert own.status_code == 200
+    assert tools.executed["/quote"] == 1
+
+
+def test_a_loopback_server_without_a_token_refuses_foreign_host_names(tools: SideEffectTools) -> None:
+    """What ``dagwright serve`` sets on loopback without a token: a DNS-rebound name is refused."""
+    from orchestration.server._security import LOOPBACK_HOSTS
+
+    with live_server(make_orchestrator(tools.catalog()), allowed_hosts=LOOPBACK_HOSTS) as server, \
+            httpx.Client(base_url=server.url, timeout=10) as http:
+        assert http.get("/v1/runs").status_code == 200
+        assert http.get("/v1/runs", headers={"Host": "attacker.example"}).status_code == 400
+
+
+def test_serve_refuses_to_listen_beyond_loopback_without_a_token(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.delenv("ORCH_SERVE_TOKEN", raising=False)
+    assert main(["serve", "--host", "0.0.0.0", "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "refusing to listen on 0.0.0.0 without a token" in err and "--insecure" in err
+
+    monkeypatch.setenv("ORCH_SERVE_TOKEN", "short")
+    assert main(["serve", "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "ORCH_SERVE_TOKEN has 5 characters; use at least 16" in err and "short" not in err.replace(
+        "ORCH_SERVE_TOKEN has 5 characters", "")
+
+
+def test_create_app_refuses_a_short_token(tools: SideEffectTools) -> None:
+    from orchestration import ConfigError
+    from orchestration.server import create_app
+
+    with pytest.raises(ConfigError, match="at least 16"):
+        create_app(make_orchestrator(tools.catalog()), token="abc")
