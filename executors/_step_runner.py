@@ -23,7 +23,6 @@ calls and backoff waits included.
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -41,8 +40,8 @@ from executors.recovery import (
 )
 from orchestration.errors import StoreError
 from orchestration.plan import Step, ValidatedPlan
-from orchestration.protocol import ErrorCategory, ErrorSource, StepError
-from orchestration.result import Attempt, AttemptOutcome, PendingApproval, StepResult
+from orchestration.protocol import OUTCOME_UNKNOWN, ErrorCategory, ErrorSource, StepError
+from orchestration.result import Attempt, AttemptOutcome, PendingApproval, StepResult, StepStatus
 from orchestration.retry_policy import RetryPolicy
 from orchestration.services import RunServices
 from orchestration.state import RunState
@@ -86,7 +85,7 @@ class StepRunner:
         state = self._state(step)
         services = self.services
         loop = asyncio.get_running_loop()
-        started, wall_started = loop.time(), time.time()
+        started, wall_started = loop.time(), services.clock.time()
         deadline = min(started + services.config.step_timeout_s, services.deadline)
         services.events.emit("step_started", step_id=step.id, tool=step.tool,
                              capability=step.capability)
@@ -101,7 +100,7 @@ class StepRunner:
                 return self._paused(state, paused, wall_started, loop.time() - started)
             result = StepResult(
                 id=step.id, tool=step.tool, capability=step.capability,
-                status="succeeded" if error is None else "failed", output=output,
+                status=_status(error), output=output,
                 error=None if error is None else error.model_copy(update={
                     "step_id": step.id, "tool": step.tool, "capability": step.capability}),
                 attempts=state.attempts, started_at_s=wall_started,
@@ -116,7 +115,7 @@ class StepRunner:
         step = state.step
         pending = PendingApproval(step_id=step.id, tool=step.tool, capability=step.capability,
                                   params=paused.params, reason=paused.reason,
-                                  requested_at=time.time())
+                                  requested_at=self.services.clock.time())
         self.run.pending_approvals.append(pending)
         self.services.events.emit("approval_required", **pending.model_dump(
             include={"step_id", "tool", "capability", "params", "reason"}))
@@ -217,7 +216,8 @@ class StepRunner:
         if side_effect:
             try:
                 await recorder.call_started(CallMarker(
-                    state.step.id, number, decision.layer, prepared.params, key, time.time()))
+                    state.step.id, number, decision.layer, prepared.params, key,
+                    self.services.clock.time()))
             except StoreError as exc:
                 error = StepError(
                     category=ErrorCategory.INTERNAL_ERROR, code="STORE_UNAVAILABLE",
@@ -274,6 +274,15 @@ class StepRunner:
                     "attempt(s)",
             source=ErrorSource.ENGINE, retryable=False,
         )
+
+
+def _status(error: StepError | None) -> StepStatus:
+    """A step's status from its final error: an outcome nobody knows (the transport lost
+    the call with a side effect in flight) is ``unknown``, not ``failed``: it may have
+    happened, so nothing that depends on it runs and it is never sent again."""
+    if error is None:
+        return "succeeded"
+    return "unknown" if error.code == OUTCOME_UNKNOWN else "failed"
 
 
 def _final_error(error: StepError, verdict: GiveUp | None) -> StepError:

@@ -1,7 +1,9 @@
 """The facade services use: ``Orchestrator.run(query)`` plans, executes and answers.
 
-It composes the planner, the executor and the defense layers; it is the one module of
-``orchestration`` that imports ``planners`` and ``executors``.
+It composes the planner, the executor and the defense layers into a
+:class:`~orchestration._engine.RunEngine` (the engine the local and the Temporal backends
+share) and gives each run the services of this process: the run store, the pooled
+transport, the LLM client, telemetry, real time.
 """
 
 from __future__ import annotations
@@ -18,13 +20,9 @@ from typing import Any, TypeVar
 from opentelemetry.trace import TracerProvider
 from prometheus_client import CollectorRegistry
 
-from executors._approvals import apply_decisions, expire_approvals
-from executors._executor import Executor
-from executors._resume import resume_point
-from executors.layers import default_handlers
 from executors.recovery import RecoveryHandler
+from orchestration._engine import RunEngine, run_status
 from orchestration._events import EventCallback, EventSink
-from orchestration._synthesis import synthesize
 from orchestration._transport import ToolTransport
 from orchestration.catalog import Catalog
 from orchestration.clock import Clock
@@ -34,9 +32,6 @@ from orchestration.errors import (
     ApprovalError,
     ConfigError,
     DagwrightError,
-    LLMError,
-    PlanningError,
-    PlanValidationError,
     RunNotFound,
     StoreError,
 )
@@ -45,16 +40,9 @@ from orchestration.layer_settings import LayerSettings
 from orchestration.llm._factory import client_from_config
 from orchestration.llm._gateway import DebugRecorder, LLMGateway
 from orchestration.llm.base import LLMClient
-from orchestration.plan import Plan, ValidatedPlan, validate_plan
+from orchestration.plan import Plan, ValidatedPlan
 from orchestration.redaction import Redactor
-from orchestration.result import (
-    PLAN_APPROVAL,
-    Approval,
-    PendingApproval,
-    RunResult,
-    RunStatus,
-    StepResult,
-)
+from orchestration.result import Approval, RunResult
 from orchestration.retry_policy import RetryPolicy
 from orchestration.services import RunServices
 from orchestration.state import RunState
@@ -63,7 +51,6 @@ from orchestration.store._recorder import RunRecorder
 from orchestration.telemetry import Telemetry
 from orchestration.telemetry._observer import Observer
 from planners.planner import Planner
-from planners.replan import RepairSituation
 
 __all__ = ["Orchestrator", "run_status"]
 
@@ -76,14 +63,6 @@ def _check_run_id(run_id: str) -> None:
     if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
         raise ValueError(f"run_id {run_id!r} is not usable: use 1-200 letters, digits, '_', "
                          "'.', ':' or '-', starting with a letter or digit")
-
-
-def run_status(steps: dict[str, StepResult]) -> RunStatus:
-    """succeeded if every step succeeded, failed if none did, partial otherwise."""
-    succeeded = sum(1 for s in steps.values() if s.status == "succeeded")
-    if steps and succeeded == len(steps):
-        return "succeeded"
-    return "partial" if succeeded else "failed"
 
 
 class Orchestrator:
@@ -119,8 +98,9 @@ class Orchestrator:
         self.debug_store = LLMDebugStore.from_config(self.config, self.redactor)
         self.clock = clock or Clock()
         self.layers = LayerSettings.from_config(self.config)
-        self.planner = planner or Planner()
-        self.executor = Executor(handlers if handlers is not None else default_handlers())
+        self.engine = RunEngine(self.config, planner=planner, handlers=handlers)
+        self.planner = self.engine.planner
+        self.executor = self.engine.executor
         self.store: RunStore = store if store is not None else open_store(self.config.store_url)
         self._store_opened = False
         self._retention: asyncio.Task[None] | None = None
@@ -298,7 +278,7 @@ class Orchestrator:
         if approvals and run.status != "awaiting_approval":
             raise ApprovalError(f"run {run_id!r} is not waiting for approval (it is "
                                 f"{run.status}); there is nothing to decide")
-        expired = expire_approvals(run, self.config.approval_timeout_s)
+        expired = self.engine.expire(run)
         if run.status == "awaiting_approval" and not approvals and not expired:
             return run.to_result()  # nothing decided: it keeps waiting
         if run.status not in ("running", "awaiting_approval"):
@@ -308,7 +288,7 @@ class Orchestrator:
         approved = {}
         if approvals:
             services = self._services(run, RunRecorder(None, run_id, lease_s=1.0))
-            approved = apply_decisions(run, approvals, services, self.executor.capabilities)
+            approved = self.engine.decide(run, approvals, services)
             if run.status == "failed":  # the plan was rejected
                 await self._save(run)
                 return run.to_result()
@@ -326,7 +306,7 @@ class Orchestrator:
         stored = await self.store.load(run_id)
         if stored is None:
             return None
-        if expire_approvals(stored.state, self.config.approval_timeout_s):
+        if self.engine.expire(stored.state):
             if stored.state.status == "awaiting_approval" and not stored.state.pending_approvals:
                 stored.state.status = "running"  # nothing waits any more: resume finishes it
             await self._save(stored.state)
@@ -384,7 +364,7 @@ class Orchestrator:
         try:
             with self.observer.run(run, planned_by=planned_by) as observation:
                 run.trace_id = run.trace_id or observation.trace_id
-                await self._run(run, services, plan, stored, approved or {})
+                await self.engine.run(run, services, plan, stored, approved or {})
         except BaseException:
             # stopped from outside (cancelled): leave the run resumable, let go of it
             with contextlib.suppress(StoreError):
@@ -402,133 +382,11 @@ class Orchestrator:
             raise
         return run.to_result()
 
-    async def _run(
-        self,
-        run: RunState,
-        services: RunServices,
-        plan: Plan | dict[str, Any] | None,
-        stored: StoredRun | None,
-        approved: dict[str, dict[str, Any]],
-    ) -> None:
-        """Plan, execute (with repair rounds when enabled) and answer; ``run`` records it
-        all. A resumed run (``stored``) keeps the plan it had and what it finished; a run
-        that needs a person pauses with ``pending_approvals``."""
-        # the run deadline bounds planning and synthesis too, not only the steps
-        limit = f"the run deadline ({self.config.run_timeout_s:g}s, ORCH_RUN_TIMEOUT_S)"
-        try:
-            async with asyncio.timeout_at(services.deadline):
-                validated = await self._plan(run, services, plan)
-        except TimeoutError:
-            run.fail(f"planning failed: {limit} passed before a plan was ready")
-            return
-        except PlanningError as exc:
-            run.fail(f"planning failed: {exc}")
-            return
-        except PlanValidationError as exc:
-            run.fail(str(exc))
-            return
-        if run.plan is None:
-            run.plan = validated.to_dict()
-            services.recorder.save_run(run)
-            services.events.emit("plan_ready", plan=run.plan, steps=len(validated.steps))
-        if self.config.approve_plans and not run.approved_plan:
-            run.pending_approvals = [PendingApproval(
-                step_id=PLAN_APPROVAL, params={"plan": run.plan}, requested_at=time.time(),
-                reason="ORCH_APPROVE_PLANS: a person approves each plan before any step runs")]
-            services.events.emit("approval_required", step_id=PLAN_APPROVAL,
-                                 params={"plan": run.plan},
-                                 reason=run.pending_approvals[0].reason)
-            run.pause()
-            return
-        resume = resume_point(run, services, stored, approved) if stored is not None else None
-        steps = await self.executor.execute(validated, run, services, resume=resume)
-        if run.pending_approvals:
-            run.pause()  # everything that could run did; the rest waits for a person
-            return
-        status = run_status(run.live_steps)
-        if self.config.replan_max > 0 and any(s.status == "failed" for s in steps.values()):
-            status = await self._replan_phase(run, services, validated)
-        run.finish(status)
-        if self.config.synthesis_enabled and status != "failed":
-            try:
-                async with asyncio.timeout_at(services.deadline):
-                    run.answer = await synthesize(run, services)
-            except TimeoutError:
-                run.warn(f"answer synthesis skipped: {limit} passed")
-            except LLMError as exc:
-                run.warn(f"answer synthesis failed: {exc}")
-
-    async def _replan_phase(
-        self, run: RunState, services: RunServices, validated: ValidatedPlan
-    ) -> RunStatus:
-        """Repair rounds after steps failed for good (at most ``replan_max``).
-
-        Each round asks the planner (purpose ``replan``) for new steps that make up for the
-        failed and skipped ones, and runs them with the completed outputs in place; their
-        results join the originals in ``run``. The run's plan becomes the combined plan,
-        ``run.replans`` records the rounds and ``run.superseded`` the step ids the repairs
-        made up for. The status is ``succeeded`` when the last round ran without a
-        failure, since the planner was asked to cover everything still missing; otherwise
-        it is computed over the steps whose results stand.
-        """
-        known = dict(validated.steps)
-        if run.replans:  # a resumed run: its last round's failures are what is still open
-            open_ids = [sid for sid in run.replans[-1]["steps"]
-                        if sid in run.steps and run.steps[sid].status != "succeeded"]
-        else:
-            open_ids = [sid for sid, r in run.steps.items() if r.status != "succeeded"]
-        loop = asyncio.get_running_loop()
-        for number in range(len(run.replans) + 1, self.config.replan_max + 1):
-            if loop.time() >= services.deadline or services.llm.remaining_calls <= 0:
-                run.warn(f"replan round {number} not attempted: the run deadline "
-                         "or its LLM call budget is spent")
-                break
-            situation = RepairSituation(dict(known), dict(run.steps), list(open_ids), number)
-            try:
-                repair = await self.planner.replan(run, services, situation)
-            except PlanningError as exc:
-                run.warn(f"replan round {number} failed: {exc}")
-                break
-            if repair is None:
-                run.warn(f"replan round {number}: the planner found no repair for "
-                         f"{', '.join(open_ids)}")
-                break
-            known.update(repair.steps)
-            run.replans.append({"round": number, "replaces": open_ids,
-                                "steps": list(repair.steps)})
-            run.plan = Plan(steps=list(known.values()), reasoning=validated.plan.reasoning
-                            ).model_dump(mode="json", exclude_none=True)
-            services.recorder.save_run(run)  # a resumed run continues the repair round
-            new = await self.executor.execute(repair, run, services)
-            run.warn(f"replan round {number}: {', '.join(open_ids)} replaced by "
-                     f"{', '.join(new)}")
-            open_ids = [sid for sid, r in new.items() if r.status != "succeeded"]
-            if not open_ids:
-                break
-        run.superseded = [sid for sid, r in run.steps.items()
-                          if r.status != "succeeded" and sid not in open_ids]
-        if run.replans and not open_ids:
-            return "succeeded"
-        return run_status(run.live_steps)
-
-    async def _plan(
-        self, run: RunState, services: RunServices, plan: Plan | dict[str, Any] | None
-    ) -> ValidatedPlan:
-        """The plan to execute: the run's own (a resumed run), the caller's, or a new one."""
-        if run.plan is not None:  # a resumed run keeps its plan, repair steps included
-            model = Plan.model_validate(run.plan)
-            return validate_plan(model, services.catalog,
-                                 max_steps=max(self.config.max_plan_steps, len(model.steps)))
-        if plan is None:
-            return await self.planner.plan(run, services)
-        model = plan if isinstance(plan, Plan) else Plan.model_validate(plan)
-        return validate_plan(model, services.catalog, max_steps=self.config.max_plan_steps)
-
     async def plan(self, query: str) -> ValidatedPlan:
         """Plan without executing (what ``dagwright plan`` shows); nothing is recorded."""
         run = RunState(run_id=uuid.uuid4().hex, query=query)
         recorder = RunRecorder(None, run.run_id, lease_s=self.config.store_lease_s)
-        return await self.planner.plan(run, self._services(run, recorder))
+        return await self.engine.plan_only(run, self._services(run, recorder))
 
     # --- the store ----------------------------------------------------------------------
     async def _open_store(self) -> None:
@@ -564,7 +422,7 @@ class Orchestrator:
                 clock=self.clock, debug_recorder=self._debug_recorder(),
             ),
             transport=self._transport(), observer=self.observer, recorder=recorder,
-            events=EventSink(run, recorder), clock=self.clock,
+            events=EventSink(run, recorder, self.clock), clock=self.clock,
             deadline=asyncio.get_running_loop().time() + config.run_timeout_s,
         )
 

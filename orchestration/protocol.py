@@ -21,6 +21,7 @@ from orchestration._text import clip
 __all__ = [
     "HTTP_STATUS_FOR_CATEGORY",
     "MAX_ERROR_BODY_CHARS",
+    "OUTCOME_UNKNOWN",
     "ClassifiedResponse",
     "ErrorCategory",
     "ErrorSource",
@@ -152,6 +153,13 @@ class StepError(BaseModel):
 
     def __str__(self) -> str:
         return self.describe()
+
+
+OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
+"""The code of a call with a side effect whose outcome nobody knows: it was sent, the
+process (or Temporal worker) sending it was lost before the answer came, and the
+capability has no idempotency key, so it is never sent again. A step that ends with it
+has status ``unknown``, and nothing that depends on it is sent."""
 
 
 _STATUS_CATEGORY: dict[int, ErrorCategory] = {

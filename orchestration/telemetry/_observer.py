@@ -39,7 +39,8 @@ if TYPE_CHECKING:
     from orchestration.telemetry import Telemetry
     from orchestration.telemetry.metrics import Metrics
 
-__all__ = ["LAYER_EVENT_METRICS", "Observer", "PlanningObservation", "StepObservation"]
+__all__ = ["LAYER_EVENT_METRICS", "NullObserver", "Observer", "PlanningObservation",
+           "StepObservation"]
 
 log = get_logger("dagwright.run")
 _EVENT_TEXT_LIMIT = 500
@@ -358,6 +359,110 @@ class LLMCallObservation:
         if response.finish_reason:
             self.span.set_attribute(attr.GEN_AI_RESPONSE_FINISH_REASONS, [response.finish_reason])
         return elapsed
+
+
+class NullObserver(Observer):
+    """Records nothing: no span, no metric, no log line, no clock read.
+
+    For engine code that runs inside a Temporal workflow. A workflow is replayed from its
+    history whenever a worker picks it up again, so anything it recorded would be
+    recorded once per replay, with timings that mean nothing (workflow time stands still
+    within a task). The Temporal activities record the real work instead — each tool and
+    LLM call, on the worker that made it — with the worker's own :class:`Observer`.
+    """
+
+    def __init__(self) -> None:  # no telemetry: nothing is recorded
+        pass
+
+    @contextmanager
+    def run(self, state: RunState, *, planned_by: str) -> Iterator[RunObservation]:
+        yield _NULL_RUN
+
+    @contextmanager
+    def planning(
+        self, run_id: str, purpose: str, attributes: Mapping[str, Any] | None = None
+    ) -> Iterator[PlanningObservation]:
+        yield _NullPlanning(purpose)
+
+    @contextmanager
+    def step(self, run_id: str, step: Step, capability: Capability) -> Iterator[StepObservation]:
+        yield _NullStep(run_id, step, capability)
+
+    def step_skipped(self, step: Step) -> None:
+        pass
+
+    @contextmanager
+    def llm_call(
+        self, request: LLMRequest, *, run_id: str, provider: str, model: str
+    ) -> Iterator[LLMCallObservation]:
+        yield _NULL_LLM_CALL
+
+    def llm_budget_exceeded(self, purpose: str) -> None:
+        pass
+
+
+class _NullRun(RunObservation):
+    def __init__(self) -> None:
+        self.trace_id = None
+
+    def close(self, state: RunState) -> None:
+        pass
+
+
+class _NullPlanning(PlanningObservation):
+    def __init__(self, purpose: str) -> None:
+        self.span = trace.INVALID_SPAN
+        self.purpose = purpose
+
+    def set(self, key: str, value: Any) -> None:
+        pass
+
+    def selection(self, attributes: Mapping[str, Any], prompt_chars: int) -> None:
+        pass
+
+    def attempt(self, number: int, outcome: str, kind: str, error: str | None,
+                finish_reason: str | None, will_retry: bool) -> None:
+        pass
+
+    def failed(self, description: str) -> None:
+        pass
+
+
+class _NullStep(StepObservation):
+    def __init__(self, run_id: str, step: Step, capability: Capability) -> None:
+        self.span = trace.INVALID_SPAN
+        self.run_id = run_id
+        self.step = step
+        self.capability = capability
+
+    def report(self, name: str, attributes: Mapping[str, Any]) -> None:
+        pass
+
+    def rejected(self, error: StepError) -> None:
+        pass
+
+    @contextmanager
+    def call(self, number: int, layer: str, headers: dict[str, str]) -> Iterator[CallObservation]:
+        yield CallObservation(trace.INVALID_SPAN)
+
+    def finished(self, result: StepResult) -> None:
+        pass
+
+
+class _NullLLMCall(LLMCallObservation):
+    def __init__(self) -> None:
+        self.span = trace.INVALID_SPAN
+        self.purpose = ""
+
+    def failed(self, exc: BaseException) -> float:
+        return 0.0
+
+    def succeeded(self, response: LLMResponse) -> float:
+        return 0.0
+
+
+_NULL_RUN = _NullRun()
+_NULL_LLM_CALL = _NullLLMCall()
 
 
 def _log_run_end(state: RunState, duration_s: float) -> None:
