@@ -15,7 +15,7 @@ import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry.trace import TracerProvider
 from prometheus_client import CollectorRegistry
@@ -51,6 +51,9 @@ from orchestration.store._recorder import RunRecorder
 from orchestration.telemetry import Telemetry
 from orchestration.telemetry._observer import Observer
 from planners.planner import Planner
+
+if TYPE_CHECKING:
+    from orchestration.temporal._client import TemporalRuns
 
 __all__ = ["Orchestrator", "run_status"]
 
@@ -105,6 +108,7 @@ class Orchestrator:
         self._store_opened = False
         self._retention: asyncio.Task[None] | None = None
         self._transports: dict[int, ToolTransport] = {}
+        self._temporal_runs: TemporalRuns | None = None
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> Orchestrator:
@@ -198,9 +202,12 @@ class Orchestrator:
         is sent) or lost a write on the way (the error carries the result),
         :class:`RunLeased` when another process is running it.
         """
-        await self._open_store()
         if run_id is not None:
             _check_run_id(run_id)
+        if self.config.backend == "temporal":
+            return await self._temporal().run(query, plan=plan, run_id=run_id, on_event=on_event)
+        await self._open_store()
+        if run_id is not None:
             stored = await self.store.load(run_id)
             if stored is not None:
                 if stored.state.query != query:
@@ -269,6 +276,8 @@ class Orchestrator:
         A finished run is returned as it is. Raises :class:`RunNotFound` for an unknown
         id and :class:`RunLeased` while another live process is executing the run.
         """
+        if self.config.backend == "temporal":
+            return await self._temporal().resume(run_id, approvals=approvals, on_event=on_event)
         await self._open_store()
         stored = await self.store.load(run_id)
         if stored is None:
@@ -301,7 +310,12 @@ class Orchestrator:
         """The run as the store has it (a running run with the steps finished so far).
 
         Pending approvals older than ``ORCH_APPROVAL_TIMEOUT_S`` are rejected as expired
-        here (and recorded); a resume then finishes the run."""
+        here (and recorded); a resume then finishes the run. On the Temporal backend, the
+        run as its workflow has it (live), else as the store has it."""
+        if self.config.backend == "temporal":
+            live = await self._temporal().get_run(run_id)
+            if live is not None:
+                return live
         await self._open_store()
         stored = await self.store.load(run_id)
         if stored is None:
@@ -323,6 +337,10 @@ class Orchestrator:
     async def aget_events(self, run_id: str, *, after: int = 0) -> list[RunEvent]:
         """The stored events of a run with ``seq > after``, in order (a late reader
         replays them, then follows live ones with ``on_event``/``astream``)."""
+        if self.config.backend == "temporal":
+            live = await self._temporal().get_events(run_id, after=after)
+            if live is not None:
+                return live
         await self._open_store()
         return await self.store.load_events(run_id, after=after)
 
@@ -388,6 +406,18 @@ class Orchestrator:
         recorder = RunRecorder(None, run.run_id, lease_s=self.config.store_lease_s)
         return await self.engine.plan_only(run, self._services(run, recorder))
 
+    # --- the Temporal backend (ORCH_BACKEND=temporal, the temporal extra) ----------------
+    def _temporal(self) -> TemporalRuns:
+        """The client side of runs on Temporal workers: the same engine runs them there."""
+        if self._temporal_runs is None:
+            try:
+                from orchestration.temporal._client import TemporalRuns
+            except ImportError as exc:
+                raise ConfigError("ORCH_BACKEND=temporal needs the temporal extra: "
+                                  "pip install 'dagwright[temporal]'") from exc
+            self._temporal_runs = TemporalRuns(self.config)
+        return self._temporal_runs
+
     # --- the store ----------------------------------------------------------------------
     async def _open_store(self) -> None:
         """Connect the run store once (creating its tables), and start its retention."""
@@ -446,6 +476,8 @@ class Orchestrator:
     async def _close_loop_resources(self) -> None:
         """Close what this orchestrator opened for the current event loop: the tools' HTTP
         pool and the run store's connection."""
+        if self._temporal_runs is not None:
+            self._temporal_runs.forget_loop()
         transport = self._transports.pop(id(asyncio.get_running_loop()), None)
         if transport is not None:
             await transport.aclose()

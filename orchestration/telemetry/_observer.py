@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     from orchestration.telemetry import Telemetry
     from orchestration.telemetry.metrics import Metrics
 
-__all__ = ["LAYER_EVENT_METRICS", "NullObserver", "Observer", "PlanningObservation",
-           "StepObservation"]
+__all__ = ["LAYER_EVENT_METRICS", "NullObserver", "NullStepObservation", "Observer",
+           "PlanningObservation", "StepObservation"]
 
 log = get_logger("dagwright.run")
 _EVENT_TEXT_LIMIT = 500
@@ -386,7 +386,7 @@ class NullObserver(Observer):
 
     @contextmanager
     def step(self, run_id: str, step: Step, capability: Capability) -> Iterator[StepObservation]:
-        yield _NullStep(run_id, step, capability)
+        yield NullStepObservation(run_id, step, capability)
 
     def step_skipped(self, step: Step) -> None:
         pass
@@ -428,7 +428,7 @@ class _NullPlanning(PlanningObservation):
         pass
 
 
-class _NullStep(StepObservation):
+class NullStepObservation(StepObservation):
     def __init__(self, run_id: str, step: Step, capability: Capability) -> None:
         self.span = trace.INVALID_SPAN
         self.run_id = run_id
