@@ -69,9 +69,13 @@ def unregister(task_queue: str) -> None:
 
 
 def context_for(task_queue: str) -> WorkerContext:
-    """The context of the worker serving ``task_queue`` in this process."""
-    try:
-        return _CONTEXTS[task_queue]
-    except KeyError:
+    """The context of the worker serving ``task_queue`` in this process; the only one
+    when there is exactly one (a :class:`temporalio.worker.Replayer` replays on a task
+    queue of its own)."""
+    context = _CONTEXTS.get(task_queue)
+    if context is None and len(_CONTEXTS) == 1:
+        context = next(iter(_CONTEXTS.values()))
+    if context is None:
         raise ConfigError(f"no dagwright worker of this process serves task queue "
-                          f"{task_queue!r}") from None
+                          f"{task_queue!r}")
+    return context
