@@ -1,4 +1,5 @@
-"""The ``dagwright`` command: demo, run, plan, tools, config, serve-tools."""
+"""The ``dagwright`` command: demo, run, plan, tools, config, serve-tools, runs, approvals,
+worker."""
 
 from __future__ import annotations
 
@@ -448,6 +449,26 @@ def _add_run_history_commands(sub: Any) -> None:
     reject.set_defaults(fn=cmd_reject)
 
 
+# --- dagwright worker: host runs on Temporal (ORCH_BACKEND=temporal, the temporal extra) ---
+def cmd_worker(args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        from orchestration.temporal._worker import serve
+    except ImportError as exc:
+        raise DagwrightError("dagwright worker needs the temporal extra: "
+                             "pip install 'dagwright[temporal]'") from exc
+    overrides = {"temporal_task_queue": args.task_queue} if args.task_queue else {}
+    return serve(OrchestratorConfig(**overrides), identity=args.identity)
+
+
+def _add_worker_command(sub: Any) -> None:
+    worker = sub.add_parser("worker", help="host runs on Temporal: poll the task queue for "
+                            "run workflows and their tool and LLM calls (needs ORCH_CATALOG; "
+                            "see docs/scale-out.md)")
+    worker.add_argument("--identity", help="this worker's name in Temporal (default host:pid)")
+    worker.add_argument("--task-queue", help="the task queue (default ORCH_TEMPORAL_TASK_QUEUE)")
+    worker.set_defaults(fn=cmd_worker)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dagwright", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -484,6 +505,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8700)
     serve.set_defaults(fn=cmd_serve_tools)
     _add_run_history_commands(sub)
+    _add_worker_command(sub)
     return parser
 
 
