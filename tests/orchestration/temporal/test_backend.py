@@ -31,6 +31,7 @@ from orchestration import (
     Orchestrator,
     OrchestratorConfig,
     RunEvent,
+    RunLeased,
     RunNotFound,
     ScriptedLLM,
 )
@@ -100,7 +101,7 @@ async def test_a_finished_run_id_returns_its_result_without_running_again(
     calls = dict(temporal_runs.CALLS)
     again = await client_of(temporal_worker).arun("weather in Tokyo?", plan=PLANS["weather"][1],
                                                   run_id=run_id)
-    assert comparable(again) == comparable(first) and temporal_runs.CALLS == calls
+    assert comparable(again) == comparable(first) and calls == temporal_runs.CALLS
     with pytest.raises(DagwrightError, match="already exists for another query"):
         await orch.arun("something else", plan=PLANS["weather"][1], run_id=run_id)
     with pytest.raises(RunNotFound, match="no run 'nobody' on Temporal"):
@@ -147,6 +148,12 @@ async def test_a_paused_run_waits_in_its_workflow_and_a_decision_from_another_cl
         await other.aresume(run_id, approvals={"wx": Approval(approved=True)})
     still = await other.aget_run(run_id)
     assert still is not None and [p.step_id for p in still.pending_approvals] == ["send"]
+    # the store holds the paused run for Temporal: the local backend cannot run it too
+    local_client = Orchestrator(catalog=build_catalog(), llm=ScriptedLLM([]),
+                                config=engine_config(), registry=CollectorRegistry(),
+                                store=temporal_worker.store)
+    with pytest.raises(RunLeased, match="temporal:test-worker"):
+        await local_client.aresume(run_id, approvals={"send": Approval(approved=True)})
 
     before = await other.aget_events(run_id)
     assert before[-1].type == "run_finished" and before[-1].data["status"] == "awaiting_approval"

@@ -71,7 +71,7 @@ async def test_the_same_plan_gives_the_same_result_on_both_backends(
     result = await orch.arun(query, plan=plan, run_id=run_id, on_event=events.append)
 
     assert comparable(result) == comparable(expected)
-    assert temporal_runs.CALLS == expected_calls  # the same calls reached the tools
+    assert expected_calls == temporal_runs.CALLS  # the same calls reached the tools
     status, layers = EXPECTED[name]
     assert result.status == status, result.error
     assert {sid: [a.layer for a in s.attempts] for sid, s in result.steps.items()} == layers
