@@ -282,7 +282,8 @@ def _status(error: StepError | None) -> StepStatus:
     happened, so nothing that depends on it runs and it is never sent again."""
     if error is None:
         return "succeeded"
-    return "unknown" if error.code == OUTCOME_UNKNOWN else "failed"
+    lost = error.code == OUTCOME_UNKNOWN and error.source is ErrorSource.ENGINE
+    return "unknown" if lost else "failed"
 
 
 def _final_error(error: StepError, verdict: GiveUp | None) -> StepError:
