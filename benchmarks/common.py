@@ -27,7 +27,7 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_REPORT = REPO_ROOT / "docs" / "benchmarks.md"
-SECTION_ORDER = ("scheduler", "store", "http_calls", "recovery", "throughput")
+SECTION_ORDER = ("scheduler", "store", "http_calls", "recovery", "throughput", "scale_out")
 """The order sections appear in the report, whatever order the scripts ran in."""
 
 DEPENDENCIES = (
@@ -53,6 +53,7 @@ python -m benchmarks.store         # what recording runs costs per step, by run 
 python -m benchmarks.http_calls    # HTTP tool-call overhead vs bare httpx
 python -m benchmarks.recovery      # recovery ablation of the four defense layers
 python -m benchmarks.throughput    # concurrent runs per second and memory per run
+python -m benchmarks.scale_out     # runs per second: local, and 1 and 2 Temporal workers
 ```
 
 `--quick` runs every script at small sizes in a few seconds (the smoke test in

@@ -82,7 +82,7 @@ def expire_approvals(run: RunState, timeout_s: float | None, now: float | None =
                    "(ORCH_APPROVAL_TIMEOUT_S)")
         if pending.step_id == PLAN_APPROVAL:
             run.pending_approvals = []
-            run.fail(f"the plan was not approved: {message}")
+            run.fail(f"the plan was not approved: {message}", at=now)
             return [PLAN_APPROVAL]
         _rejected(run, pending, "APPROVAL_EXPIRED", message)
     run.pending_approvals = [p for p in run.pending_approvals if p not in expired]
@@ -133,7 +133,8 @@ def apply_decisions(
                     run.plan = new_plan
             else:
                 run.pending_approvals = []
-                run.fail(f"the plan was rejected by a person: {decision.note or 'no note'}")
+                run.fail(f"the plan was rejected by a person: {decision.note or 'no note'}",
+                         at=services.clock.time())
                 return {}
         elif decision.approved:
             run.steps.pop(step_id, None)  # it runs again, from the approved call

@@ -24,7 +24,7 @@ from typing import Any
 
 from executors._step_runner import ResumePoint
 from orchestration.errors import CatalogError
-from orchestration.protocol import ErrorCategory, ErrorSource, StepError
+from orchestration.protocol import OUTCOME_UNKNOWN, ErrorCategory, ErrorSource, StepError
 from orchestration.result import StepResult
 from orchestration.services import RunServices
 from orchestration.state import RunState
@@ -66,7 +66,7 @@ def resume_point(run: RunState, services: RunServices, stored: StoredRun,
             id=marker.step_id, tool=step["tool"], capability=step["capability"],
             status="unknown", attempts=stored.attempts.get(marker.step_id, []),
             error=StepError(
-                category=ErrorCategory.INTERNAL_ERROR, code="OUTCOME_UNKNOWN",
+                category=ErrorCategory.INTERNAL_ERROR, code=OUTCOME_UNKNOWN,
                 message="the process running this step stopped while its call was in flight; "
                         "the tool may have processed the request, and the capability declares "
                         "no idempotency key, so it is not sent again. Check with the tool "

@@ -109,7 +109,10 @@ def _skip_downstream(
     status: str,
 ) -> None:
     why = _UPSTREAM.get(status, status)
-    for node in plan.descendants(step_id):
+    # in plan order, not set order: a set of strings iterates in an order that changes
+    # from process to process, and a replayed workflow must skip (and number the events
+    # of) the same steps in the same order
+    for node in sorted(plan.descendants(step_id), key=plan.position.__getitem__):
         if node not in results:
             results[node] = skip_step(node, f"upstream step {step_id!r} {why}")
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -54,7 +53,7 @@ from executors.recovery import (
 from orchestration._transport import CallTrace
 from orchestration.errors import StoreError
 from orchestration.plan import Step, ValidatedPlan
-from orchestration.protocol import ErrorCategory, ErrorSource, StepError
+from orchestration.protocol import OUTCOME_UNKNOWN, ErrorCategory, ErrorSource, StepError
 from orchestration.result import (
     Attempt,
     AttemptOutcome,
@@ -107,7 +106,7 @@ class StepRunner:
         state = self._state(step)
         services = self.services
         loop = asyncio.get_running_loop()
-        started, wall_started = loop.time(), time.time()
+        started, wall_started = loop.time(), services.clock.time()
         deadline = min(started + services.config.step_timeout_s, services.deadline)
         services.events.emit("step_started", step_id=step.id, tool=step.tool,
                              capability=step.capability)
@@ -168,7 +167,7 @@ class StepRunner:
             assert last is not None
             status = "unknown"
             error = StepError(
-                category=ErrorCategory.INTERNAL_ERROR, code="OUTCOME_UNKNOWN",
+                category=ErrorCategory.INTERNAL_ERROR, code=OUTCOME_UNKNOWN,
                 message="the run was cancelled while this step's call, which has a side "
                         "effect, was in flight; the tool may have processed it (the request "
                         "is in details.request)",
@@ -187,7 +186,7 @@ class StepRunner:
     ) -> StepResult:
         return StepResult(
             id=step.id, tool=step.tool, capability=step.capability,
-            status="succeeded" if error is None else "failed", output=output,
+            status=_status(error), output=output,
             error=None if error is None else error.model_copy(update={
                 "step_id": step.id, "tool": step.tool, "capability": step.capability}),
             attempts=state.attempts, started_at_s=wall_started, duration_s=duration_s,
@@ -199,7 +198,7 @@ class StepRunner:
         step = state.step
         pending = PendingApproval(step_id=step.id, tool=step.tool, capability=step.capability,
                                   params=paused.params, reason=paused.reason,
-                                  requested_at=time.time())
+                                  requested_at=self.services.clock.time())
         self.run.pending_approvals.append(pending)
         self.services.events.emit("approval_required", **pending.model_dump(
             include={"step_id", "tool", "capability", "params", "reason"}))
@@ -326,7 +325,7 @@ class StepRunner:
                 try:
                     await recorder.call_started(CallMarker(
                         state.step.id, number, decision.layer, prepared.params, key,
-                        time.time()))
+                        self.services.clock.time()))
                 except StoreError as exc:
                     error = StepError(
                         category=ErrorCategory.INTERNAL_ERROR, code="STORE_UNAVAILABLE",
@@ -498,6 +497,16 @@ def _tool_error_text(error: StepError | None) -> str:
                                              ErrorSource.RAISED):
         return ""
     return f"{error.message}\n{json.dumps(error.details, ensure_ascii=False, default=str)}"
+
+
+def _status(error: StepError | None) -> StepStatus:
+    """A step's status from its final error: an outcome nobody knows (the transport lost
+    the call with a side effect in flight) is ``unknown``, not ``failed``: it may have
+    happened, so nothing that depends on it runs and it is never sent again."""
+    if error is None:
+        return "succeeded"
+    lost = error.code == OUTCOME_UNKNOWN and error.source is ErrorSource.ENGINE
+    return "unknown" if lost else "failed"
 
 
 def _final_error(error: StepError, verdict: GiveUp | None) -> StepError:

@@ -15,10 +15,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from orchestration.clock import Clock
 from orchestration.events import EventType, RunEvent
 
 if TYPE_CHECKING:
@@ -35,9 +35,11 @@ EventCallback = Callable[[RunEvent], Awaitable[None] | None]
 class EventSink:
     """Numbers a run's events and delivers them to its consumers, in order."""
 
-    def __init__(self, run: RunState, recorder: RunRecorder | None = None) -> None:
+    def __init__(self, run: RunState, recorder: RunRecorder | None = None,
+                 clock: Clock | None = None) -> None:
         self.run = run
         self.recorder = recorder
+        self.clock = clock or Clock()
         self._callbacks: list[EventCallback] = []
         self._queues: list[asyncio.Queue[RunEvent | None]] = []
         self._tasks: list[asyncio.Future[Any]] = []
@@ -85,7 +87,7 @@ class EventSink:
         """Record one event and hand it to every consumer."""
         self.run.event_seq += 1
         event = RunEvent(run_id=self.run.run_id, seq=self.run.event_seq, type=type,
-                         at=time.time(), data=data)
+                         at=self.clock.time(), data=data)
         if self.recorder is not None:
             self.recorder.save_event(event)
         self._history.append(event)

@@ -24,7 +24,7 @@ import inspect
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -33,6 +33,9 @@ from orchestration.capability import Capability
 from orchestration.errors import ToolFailed
 from orchestration.logging_setup import protect_logger
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError, classify_http_response
+
+if TYPE_CHECKING:
+    from orchestration.config import OrchestratorConfig
 
 DEFAULT_MAX_RESPONSE_BYTES = 10_000_000
 """Default of ``ORCH_MAX_RESPONSE_BYTES``."""
@@ -103,6 +106,14 @@ class ToolTransport:
         self.max_response_bytes = max_response_bytes
         self.max_json_depth = max_json_depth
 
+
+    @classmethod
+    def for_config(cls, config: OrchestratorConfig) -> ToolTransport:
+        """A pooled transport with the limits of ``config`` (pool size from
+        ``ORCH_MAX_CONCURRENCY``, ``ORCH_MAX_RESPONSE_BYTES``, ``ORCH_MAX_JSON_DEPTH``)."""
+        return cls(max_connections=max(10, config.max_concurrency * 2),
+                   max_response_bytes=config.max_response_bytes,
+                   max_json_depth=config.max_json_depth)
     def _http(self) -> httpx.AsyncClient:
         """The pooled client, created on the first HTTP call: building it (its TLS
         context above all) costs ~20 ms, wasted on runs whose tools are all in-process."""

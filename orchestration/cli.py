@@ -1,5 +1,6 @@
-"""The ``dagwright`` command: run and plan queries, inspect the catalog, settings and LLM
-exchanges, and try the offline demo.
+"""The ``dagwright`` command: run and plan queries, inspect the catalog, settings, runs and
+LLM exchanges, decide approvals, serve the HTTP API, host Temporal workers, and try the
+offline demo.
 
 Every command whose output is data takes ``--json``. Every error says what was wrong and
 ends with what to do next; the exit code says which kind of outcome it was
@@ -628,6 +629,24 @@ def _add_serve_command(sub: Any) -> None:
     http.add_argument("--insecure", action="store_true",
                       help="allow a non-loopback address without ORCH_SERVE_TOKEN")
     http.set_defaults(fn=cmd_serve)
+# --- dagwright worker: host runs on Temporal (ORCH_BACKEND=temporal, the temporal extra) ---
+def cmd_worker(args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        from orchestration.temporal._worker import serve
+    except ImportError as exc:
+        raise DagwrightError("dagwright worker needs the temporal extra: "
+                             "pip install 'dagwright[temporal]'") from exc
+    overrides = {"temporal_task_queue": args.task_queue} if args.task_queue else {}
+    return serve(OrchestratorConfig(**overrides), identity=args.identity)
+
+
+def _add_worker_command(sub: Any) -> None:
+    worker = sub.add_parser("worker", help="host runs on Temporal: poll the task queue for "
+                            "run workflows and their tool and LLM calls (needs ORCH_CATALOG; "
+                            "see docs/scale-out.md)")
+    worker.add_argument("--identity", help="this worker's name in Temporal (default host:pid)")
+    worker.add_argument("--task-queue", help="the task queue (default ORCH_TEMPORAL_TASK_QUEUE)")
+    worker.set_defaults(fn=cmd_worker)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -678,6 +697,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(fn=cmd_serve_tools)
     _add_run_history_commands(sub)
     _add_serve_command(sub)
+    _add_worker_command(sub)
     return parser
 
 

@@ -1,7 +1,8 @@
 """Time as a dependency: the engine sleeps and reads time only through a :class:`Clock`.
 
 Tests and benchmarks inject :class:`ManualClock` so backoff and ``Retry-After`` waits are
-asserted exactly without waiting for them.
+asserted exactly without waiting for them; the Temporal backend injects a clock whose
+wall time is the workflow's (a replayed workflow must see the times it saw first).
 """
 
 from __future__ import annotations
@@ -13,10 +14,14 @@ __all__ = ["Clock", "ManualClock"]
 
 
 class Clock:
-    """Real time: ``time.monotonic`` and ``asyncio.sleep``."""
+    """Real time: ``time.monotonic``, ``time.time`` and ``asyncio.sleep``."""
 
     def now(self) -> float:
         return time.monotonic()
+
+    def time(self) -> float:
+        """Wall-clock time (Unix seconds): what timestamps in a run's records say."""
+        return time.time()
 
     async def sleep(self, seconds: float) -> None:
         if seconds > 0:

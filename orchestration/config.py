@@ -235,6 +235,35 @@ class OrchestratorConfig(BaseSettings):
     serve_max_body_bytes: int = Field(
         1_048_576, ge=1024, description="Largest request body `dagwright serve` reads "
         "(413 past it).")
+    # --- backend: this process, or Temporal (pip install 'dagwright[temporal]') -----
+    backend: Literal["local", "temporal"] = Field(
+        "local", description="Where runs execute: local = in this process; temporal = as "
+        "Temporal workflows on `dagwright worker` processes (docs/scale-out.md).",
+    )
+    temporal_address: str = Field(
+        "127.0.0.1:7233", description="Temporal frontend (host:port) of clients and workers.")
+    temporal_namespace: str = Field("default", description="Temporal namespace of the runs.")
+    temporal_task_queue: str = Field(
+        "dagwright", min_length=1,
+        description="Task queue the workers poll and the runs are started on.")
+    temporal_heartbeat_timeout_s: float = Field(
+        10.0, gt=0, description="A tool or LLM call whose worker sent no heartbeat for this "
+        "long is declared lost (OUTCOME_UNKNOWN for a side effect without a key).",
+    )
+    temporal_workflow_task_timeout_s: float = Field(
+        10.0, gt=0, le=120, description="A workflow task a worker took but did not finish "
+        "within this is given to another worker.",
+    )
+    temporal_sticky_timeout_s: float = Field(
+        5.0, gt=0, description="How long a run waits for the worker that has it cached "
+        "before any worker may take it (worker setting).",
+    )
+    temporal_max_concurrent_activities: int = Field(
+        100, ge=1, description="Tool and LLM calls one worker runs at once (worker setting).")
+    temporal_event_poll_s: float = Field(
+        0.2, gt=0, description="How often a client following a Temporal run's events "
+        "(on_event, astream) asks the workflow for new ones.",
+    )
 
     # --- observability ------------------------------------------------------------
     otel_exporter: Literal["none", "console", "otlp"] = Field(

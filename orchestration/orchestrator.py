@@ -1,7 +1,9 @@
 """The facade services use: ``Orchestrator.run(query)`` plans, executes and answers.
 
-It composes the planner, the executor and the defense layers; it is the one module of
-``orchestration`` that imports ``planners`` and ``executors``.
+It composes the planner, the executor and the defense layers into a
+:class:`~orchestration._engine.RunEngine` (the engine the local and the Temporal backends
+share) and gives each run the services of this process: the run store, the pooled
+transport, the LLM client, telemetry, real time.
 """
 
 from __future__ import annotations
@@ -14,23 +16,16 @@ import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 from prometheus_client import CollectorRegistry
-from pydantic import ValidationError
 
-from executors._approvals import apply_decisions, expire_approvals
-from executors._executor import Executor
-from executors._resend import CallInspector
-from executors._resume import resume_point
-from executors.layers import default_handlers
 from executors.recovery import RecoveryHandler
 from orchestration._budget import RunBudget, check_prices
+from orchestration._engine import RunEngine, run_status
 from orchestration._events import EventCallback, EventSink
-from orchestration._synthesis import answer_run
-from orchestration._text import describe_validation_error
 from orchestration._transport import ToolTransport
 from orchestration.catalog import Catalog
 from orchestration.clock import Clock
@@ -40,9 +35,6 @@ from orchestration.errors import (
     ApprovalError,
     ConfigError,
     DagwrightError,
-    PlanIssue,
-    PlanningError,
-    PlanValidationError,
     RunNotFound,
     StoreError,
 )
@@ -52,15 +44,12 @@ from orchestration.layer_settings import LayerSettings
 from orchestration.llm._factory import client_from_config
 from orchestration.llm._gateway import DebugRecorder, LLMGateway
 from orchestration.llm.base import LLMClient
-from orchestration.plan import Plan, ValidatedPlan, validate_plan
+from orchestration.plan import Plan, ValidatedPlan
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError
 from orchestration.redaction import Redactor
 from orchestration.result import (
-    PLAN_APPROVAL,
     Approval,
-    PendingApproval,
     RunResult,
-    RunStatus,
     StepResult,
 )
 from orchestration.retry_policy import RetryPolicy
@@ -71,7 +60,9 @@ from orchestration.store._recorder import RunRecorder
 from orchestration.telemetry import Telemetry
 from orchestration.telemetry._observer import Observer
 from planners.planner import Planner
-from planners.replan import RepairSituation
+
+if TYPE_CHECKING:
+    from orchestration.temporal._client import TemporalRuns
 
 __all__ = ["RUN_ID_PATTERN", "Orchestrator", "run_status"]
 
@@ -95,14 +86,6 @@ def _log_background_failure(task: asyncio.Task[RunResult]) -> None:
     exc = task.exception()
     if exc is not None:
         log.error("a background run failed: %s: %s", type(exc).__name__, exc)
-
-
-def run_status(steps: dict[str, StepResult]) -> RunStatus:
-    """succeeded if every step succeeded, failed if none did, partial otherwise."""
-    succeeded = sum(1 for s in steps.values() if s.status == "succeeded")
-    if steps and succeeded == len(steps):
-        return "succeeded"
-    return "partial" if succeeded else "failed"
 
 
 class Orchestrator:
@@ -143,12 +126,14 @@ class Orchestrator:
         self.debug_store = LLMDebugStore.from_config(self.config, self.redactor)
         self.clock = clock or Clock()
         self.layers = LayerSettings.from_config(self.config)
-        self.planner = planner or Planner()
-        self.executor = Executor(handlers if handlers is not None else default_handlers())
+        self.engine = RunEngine(self.config, planner=planner, handlers=handlers)
+        self.planner = self.engine.planner
+        self.executor = self.engine.executor
         self.store: RunStore = store if store is not None else open_store(self.config.store_url)
         self._store_opened = False
         self._retention: asyncio.Task[None] | None = None
         self._transports: dict[int, ToolTransport] = {}
+        self._temporal_runs: TemporalRuns | None = None
         self._active: dict[str, RunHandle] = {}
 
     @classmethod
@@ -251,6 +236,10 @@ class Orchestrator:
         is sent) or lost a write on the way (the error carries the result),
         :class:`RunLeased` when another process is running it.
         """
+        if self.config.backend == "temporal":
+            if run_id is not None:
+                _check_run_id(run_id)
+            return await self._temporal().run(query, plan=plan, run_id=run_id, on_event=on_event)
         return await self._arun(query, plan=plan, run_id=run_id, on_event=on_event)
 
     async def _arun(
@@ -299,6 +288,7 @@ class Orchestrator:
         already done, with the stored result. Stop the run with :meth:`acancel` (it ends
         ``cancelled``) or :meth:`RunHandle.interrupt` (it stays resumable).
         """
+        self._local_only("astart")
         return await self._start(lambda started: self._arun(
             query, plan=plan, run_id=run_id, on_event=on_event, started=started))
 
@@ -315,6 +305,7 @@ class Orchestrator:
         Raises what :meth:`aresume` raises before executing (:class:`RunNotFound`,
         :class:`ApprovalError`, :class:`RunLeased`); a run with nothing to do (finished,
         or still waiting) gives a handle that is already done."""
+        self._local_only("astart_resume")
         return await self._start(lambda started: self._aresume(
             run_id, approvals=approvals, on_event=on_event, started=started))
 
@@ -349,7 +340,7 @@ class Orchestrator:
         """Cancel a run; it ends ``cancelled``, a final status (a resume returns it as it is).
 
         A run this orchestrator is executing has its in-flight steps cancelled: each is
-        recorded with its attempts so far, ``cancelled`` (code ``CANCELLED``) or, when a
+        recorded with its attempts so far, ``cancelled`` (code ``RUN_CANCELLED``) or, when a
         call with a side effect was in flight, ``unknown`` (``OUTCOME_UNKNOWN``: the tool
         may have processed it). Steps that never started are ``skipped``; steps waiting
         for approval are ``cancelled``. A run that waits for approval, or whose process
@@ -359,6 +350,7 @@ class Orchestrator:
         which leaves the run ``running`` for a resume. Raises :class:`RunNotFound` for an
         unknown id and :class:`RunLeased` while another live process executes the run.
         """
+        self._local_only("acancel")
         handle = self._active.get(run_id)
         if handle is not None:
             handle._request_cancel(reason)
@@ -382,7 +374,7 @@ class Orchestrator:
             return run.to_result()
         recorder = RunRecorder(self.store, run_id, lease_s=self.config.store_lease_s)
         await recorder.take_over(stored)  # RunLeased while a live process executes it
-        sink = EventSink(run, recorder)
+        sink = EventSink(run, recorder, self.clock)
         for marker in stored.open_calls:  # calls in flight when its process stopped
             step = next((s for s in (run.plan or {}).get("steps", [])
                          if s["id"] == marker.step_id), None)
@@ -468,6 +460,8 @@ class Orchestrator:
         A finished run is returned as it is. Raises :class:`RunNotFound` for an unknown
         id and :class:`RunLeased` while another live process is executing the run.
         """
+        if self.config.backend == "temporal":
+            return await self._temporal().resume(run_id, approvals=approvals, on_event=on_event)
         return await self._aresume(run_id, approvals=approvals, on_event=on_event)
 
     async def _aresume(
@@ -489,7 +483,7 @@ class Orchestrator:
                                 f"{run.status}); there is nothing to decide")
         waiting = {sid: step for sid, step in run.steps.items()
                    if step.status == "awaiting_approval"}
-        expired = expire_approvals(run, self.config.approval_timeout_s)
+        expired = self.engine.expire(run)
         if run.status == "awaiting_approval" and not approvals and not expired:
             return run.to_result()  # nothing decided: it keeps waiting
         if run.status not in ("running", "awaiting_approval"):
@@ -499,7 +493,7 @@ class Orchestrator:
         approved = {}
         if approvals:
             services = self._services(run, RunRecorder(None, run_id, lease_s=1.0))
-            approved = apply_decisions(run, approvals, services, self.executor.capabilities)
+            approved = self.engine.decide(run, approvals, services)
             if run.status == "failed":  # the plan was rejected
                 await self._save(run)
                 return run.to_result()
@@ -518,15 +512,20 @@ class Orchestrator:
         are batched).
 
         Pending approvals older than ``ORCH_APPROVAL_TIMEOUT_S`` are rejected as expired
-        here (and recorded); a resume then finishes the run."""
+        here (and recorded); a resume then finishes the run. On the Temporal backend, the
+        run as its workflow has it (live), else as the store has it."""
         handle = self._active.get(run_id)
         if handle is not None:
             return handle.current()
+        if self.config.backend == "temporal":
+            live = await self._temporal().get_run(run_id)
+            if live is not None:
+                return live
         await self._open_store()
         stored = await self.store.load(run_id)
         if stored is None:
             return None
-        if expire_approvals(stored.state, self.config.approval_timeout_s):
+        if self.engine.expire(stored.state):
             if stored.state.status == "awaiting_approval" and not stored.state.pending_approvals:
                 stored.state.status = "running"  # nothing waits any more: resume finishes it
             await self._save(stored.state)
@@ -543,6 +542,10 @@ class Orchestrator:
     async def aget_events(self, run_id: str, *, after: int = 0) -> list[RunEvent]:
         """The stored events of a run with ``seq > after``, in order (a late reader
         replays them, then follows live ones with ``on_event``/``astream``)."""
+        if self.config.backend == "temporal":
+            live = await self._temporal().get_events(run_id, after=after)
+            if live is not None:
+                return live
         await self._open_store()
         return await self.store.load_events(run_id, after=after)
 
@@ -626,7 +629,7 @@ class Orchestrator:
             with self.observer.run(run, planned_by=planned_by) as observation:
                 run.trace_id = run.trace_id or observation.trace_id
                 work = asyncio.get_running_loop().create_task(
-                    self._run(run, services, plan, stored, approved),
+                    self.engine.run(run, services, plan, stored, approved),
                     name=f"dagwright-run-{run.run_id}")
                 handle._attach(work)
                 if started is not None and not started.done():
@@ -641,7 +644,6 @@ class Orchestrator:
                     shutdown_too = task is not None and task.cancelling() > 0
                     for result in run.cancel(services.cancellation.reason or "cancelled"):
                         self._announce_step(result, recorder, services.events)
-                run.settle_budget()
         except BaseException:
             # stopped from outside (a shutdown, a caller that left): leave the run
             # resumable, let go of it
@@ -662,143 +664,32 @@ class Orchestrator:
             raise asyncio.CancelledError
         return run.to_result()
 
-    async def _run(
-        self,
-        run: RunState,
-        services: RunServices,
-        plan: Plan | dict[str, Any] | None,
-        stored: StoredRun | None,
-        approved: dict[str, dict[str, Any]],
-    ) -> None:
-        """Plan, execute (with repair rounds when enabled) and answer; ``run`` records it
-        all. A resumed run (``stored``) keeps the plan it had and what it finished; a run
-        that needs a person pauses with ``pending_approvals``."""
-        # the run deadline bounds planning and synthesis too, not only the steps
-        limit = f"the run deadline ({self.config.run_timeout_s:g}s, ORCH_RUN_TIMEOUT_S)"
-        try:
-            async with asyncio.timeout_at(services.deadline):
-                validated = await self._plan(run, services, plan)
-        except TimeoutError:
-            run.fail(f"planning failed: {limit} passed before a plan was ready")
-            return
-        except PlanningError as exc:
-            run.fail(f"planning failed: {exc}")
-            return
-        except PlanValidationError as exc:  # only a plan given with plan= gets here
-            run.fail("the plan given with plan= is invalid: "
-                     + "; ".join(str(issue) for issue in exc.issues))
-            return
-        if run.plan is None:
-            run.plan = validated.to_dict()
-            services.recorder.save_run(run)
-            services.events.emit("plan_ready", plan=run.plan, steps=len(validated.steps))
-        if self.config.approve_plans and not run.approved_plan:
-            run.pending_approvals = [PendingApproval(
-                step_id=PLAN_APPROVAL, params={"plan": run.plan}, requested_at=time.time(),
-                reason="ORCH_APPROVE_PLANS: a person approves each plan before any step runs")]
-            services.events.emit("approval_required", step_id=PLAN_APPROVAL,
-                                 params={"plan": run.plan},
-                                 reason=run.pending_approvals[0].reason)
-            run.pause()
-            return
-        resume = resume_point(run, services, stored, approved) if stored is not None else None
-        steps = await self.executor.execute(validated, run, services, resume=resume)
-        if run.pending_approvals:
-            run.pause()  # everything that could run did; the rest waits for a person
-            return
-        status = run_status(run.live_steps)
-        if self.config.replan_max > 0 and any(s.status == "failed" for s in steps.values()):
-            status = await self._replan_phase(run, services, validated)
-        run.finish(status)
-        if run.budget_exceeded is not None:
-            run.warn(f"answer synthesis skipped: {run.budget_exceeded.describe()}")
-        elif self.config.synthesis_enabled and status != "failed":
-            # streamed (answer_delta events) when someone follows the run live
-            consumer = services.on_answer_delta or (
-                services.events.answer_delta if services.events.watched else None)
-            await answer_run(run, services, consumer)
-
-    async def _replan_phase(
-        self, run: RunState, services: RunServices, validated: ValidatedPlan
-    ) -> RunStatus:
-        """Repair rounds after steps failed for good (at most ``replan_max``).
-
-        Each round asks the planner (purpose ``replan``) for new steps that make up for the
-        failed and skipped ones, and runs them with the completed outputs in place; their
-        results join the originals in ``run``. The run's plan becomes the combined plan,
-        ``run.replans`` records the rounds and ``run.superseded`` the step ids the repairs
-        made up for. The status is ``succeeded`` when the last round ran without a
-        failure, since the planner was asked to cover everything still missing; otherwise
-        it is computed over the steps whose results stand.
-        """
-        known = dict(validated.steps)
-        if run.replans:  # a resumed run: its last round's failures are what is still open
-            open_ids = [sid for sid in run.replans[-1]["steps"]
-                        if sid in run.steps and run.steps[sid].status != "succeeded"]
-        else:
-            open_ids = [sid for sid, r in run.steps.items() if r.status != "succeeded"]
-        loop = asyncio.get_running_loop()
-        for number in range(len(run.replans) + 1, self.config.replan_max + 1):
-            if run.budget_exceeded is not None:
-                run.warn(f"replan round {number} not attempted: {run.budget_exceeded.describe()}")
-                break
-            if loop.time() >= services.deadline or services.llm.remaining_calls <= 0:
-                run.warn(f"replan round {number} not attempted: the run deadline "
-                         "or its LLM call budget is spent")
-                break
-            situation = RepairSituation(dict(known), dict(run.steps), list(open_ids), number)
-            try:
-                repair = await self.planner.replan(run, services, situation)
-            except PlanningError as exc:
-                run.warn(f"replan round {number} failed: {exc}")
-                break
-            if repair is None:
-                run.warn(f"replan round {number}: the planner found no repair for "
-                         f"{', '.join(open_ids)}")
-                break
-            known.update(repair.steps)
-            run.replans.append({"round": number, "replaces": open_ids,
-                                "steps": list(repair.steps)})
-            run.plan = Plan(steps=list(known.values()), reasoning=validated.plan.reasoning
-                            ).model_dump(mode="json", exclude_none=True)
-            services.recorder.save_run(run)  # a resumed run continues the repair round
-            new = await self.executor.execute(repair, run, services)
-            run.warn(f"replan round {number}: {', '.join(open_ids)} replaced by "
-                     f"{', '.join(new)}")
-            open_ids = [sid for sid, r in new.items() if r.status != "succeeded"]
-            if not open_ids:
-                break
-        run.superseded = [sid for sid, r in run.steps.items()
-                          if r.status != "succeeded" and sid not in open_ids]
-        if run.replans and not open_ids:
-            return "succeeded"
-        return run_status(run.live_steps)
-
-    async def _plan(
-        self, run: RunState, services: RunServices, plan: Plan | dict[str, Any] | None
-    ) -> ValidatedPlan:
-        """The plan to execute: the run's own (a resumed run), the caller's, or a new one."""
-        if run.plan is not None:  # a resumed run keeps its plan, repair steps included
-            model = Plan.model_validate(run.plan)
-            return validate_plan(model, services.catalog,
-                                 max_steps=max(self.config.max_plan_steps, len(model.steps)))
-        if plan is None:
-            return await self.planner.plan(run, services)
-        try:
-            model = plan if isinstance(plan, Plan) else Plan.model_validate(plan)
-        except ValidationError as exc:
-            raise PlanValidationError([PlanIssue(
-                None, "it does not have the shape of a plan ({\"steps\": [{id, tool, "
-                      "capability, params, depends_on}]}): "
-                      + describe_validation_error(exc, root="plan"))]) from None
-        return validate_plan(model, services.catalog, max_steps=self.config.max_plan_steps,
-                             max_depth=self.config.max_json_depth)
-
     async def plan(self, query: str) -> ValidatedPlan:
         """Plan without executing (what ``dagwright plan`` shows); nothing is recorded."""
         run = RunState(run_id=uuid.uuid4().hex, query=query)
         recorder = RunRecorder(None, run.run_id, lease_s=self.config.store_lease_s)
-        return await self.planner.plan(run, self._services(run, recorder))
+        return await self.engine.plan_only(run, self._services(run, recorder))
+
+    # --- the Temporal backend (ORCH_BACKEND=temporal, the temporal extra) ----------------
+    def _temporal(self) -> TemporalRuns:
+        """The client side of runs on Temporal workers: the same engine runs them there."""
+        if self._temporal_runs is None:
+            try:
+                from orchestration.temporal._client import TemporalRuns
+            except ImportError as exc:
+                raise ConfigError("ORCH_BACKEND=temporal needs the temporal extra: "
+                                  "pip install 'dagwright[temporal]'") from exc
+            self._temporal_runs = TemporalRuns(self.config)
+        return self._temporal_runs
+
+    def _local_only(self, what: str) -> None:
+        """Background runs and cancellation (what ``dagwright serve`` uses) are run by
+        this process; on Temporal the workflow owns the run."""
+        if self.config.backend == "temporal":
+            raise ConfigError(
+                f"{what} runs on the local backend only, and ORCH_BACKEND=temporal is set: "
+                "use arun/aresume (the run executes on the workers), or unset ORCH_BACKEND "
+                "for this process")
 
     # --- the store ----------------------------------------------------------------------
     async def _open_store(self) -> None:
@@ -835,10 +726,10 @@ class Orchestrator:
                 clock=self.clock, debug_recorder=self._debug_recorder(),
             ),
             transport=self._transport(), observer=self.observer, recorder=recorder,
-            events=EventSink(run, recorder), clock=self.clock,
+            events=EventSink(run, recorder, self.clock), clock=self.clock,
             deadline=asyncio.get_running_loop().time() + config.run_timeout_s,
             budget=budget,
-            calls=CallInspector(self.executor.capabilities, self.layers),
+            calls=self.engine.call_inspector(self.layers),
         )
 
     def _debug_recorder(self) -> DebugRecorder | None:
@@ -855,15 +746,15 @@ class Orchestrator:
         transport = self._transports.get(loop_id)
         if transport is None:
             config = self.config
-            transport = ToolTransport(max_connections=max(10, config.max_concurrency * 2),
-                                      max_response_bytes=config.max_response_bytes,
-                                      max_json_depth=config.max_json_depth)
+            transport = ToolTransport.for_config(config)
             self._transports[loop_id] = transport
         return transport
 
     async def _close_loop_resources(self) -> None:
         """Close what this orchestrator opened for the current event loop: the tools' HTTP
         pool and the run store's connection."""
+        if self._temporal_runs is not None:
+            self._temporal_runs.forget_loop()
         transport = self._transports.pop(id(asyncio.get_running_loop()), None)
         if transport is not None:
             await transport.aclose()

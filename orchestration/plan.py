@@ -156,6 +156,8 @@ class ValidatedPlan:
         self.graph = graph
         self.steps: dict[str, Step] = {s.id: s for s in plan.steps}
         self.order: list[str] = list(nx.topological_sort(graph))
+        self.position: dict[str, int] = {sid: i for i, sid in enumerate(self.order)}
+        """Each step's index in ``order``: sorts any set of steps into plan order."""
 
     def dependencies(self, step_id: str) -> list[str]:
         """Direct upstream steps."""

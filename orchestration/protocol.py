@@ -23,6 +23,7 @@ __all__ = [
     "MALFORMED_RESPONSE",
     "MAX_ERROR_BODY_CHARS",
     "MAX_RETRY_AFTER_S",
+    "OUTCOME_UNKNOWN",
     "ClassifiedResponse",
     "ErrorCategory",
     "ErrorSource",
@@ -156,6 +157,13 @@ class StepError(BaseModel):
 
     def __str__(self) -> str:
         return self.describe()
+
+
+OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
+"""The code of a call with a side effect whose outcome nobody knows: it was sent, the
+process (or Temporal worker) sending it was lost before the answer came, and the
+capability has no idempotency key, so it is never sent again. A step that ends with it
+has status ``unknown``, and nothing that depends on it is sent."""
 
 
 _STATUS_CATEGORY: dict[int, ErrorCategory] = {

@@ -64,9 +64,10 @@ class RunServices:
     when set, receives the answer as it is streamed (the text of ``answer_delta`` events);
     without it the answer is asked for whole. ``calls`` compares calls for the re-send
     guard where the executor cannot be imported (None: compare raw parameters).
-    ``cancellation`` says whether a cancellation of
-    the run's task is deliberate (the run ends ``cancelled``) or a shutdown (it stays
-    resumable).
+    ``stream_answer`` False asks for the answer whole even when someone watches (a
+    Temporal workflow: deltas cannot leave it as they are written). ``cancellation`` says
+    whether a cancellation of the run's task is deliberate (the run ends ``cancelled``)
+    or a shutdown (it stays resumable).
     """
 
     catalog: Catalog
@@ -83,3 +84,4 @@ class RunServices:
     on_answer_delta: AnswerDeltaConsumer | None = None
     calls: CallInspector | None = None
     cancellation: Cancellation = field(default_factory=Cancellation)
+    stream_answer: bool = True

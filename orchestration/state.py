@@ -103,19 +103,20 @@ class RunState(BaseModel):
         """Something the caller should know that did not fail the run."""
         self.warnings.append(text)
 
-    def fail(self, error: str) -> None:
-        """The run ends failed before or outside its steps (planning, a deadline)."""
+    def fail(self, error: str, *, at: float | None = None) -> None:
+        """The run ends failed before or outside its steps (planning, a deadline), at
+        wall-clock time ``at`` (now by default; the engine passes its clock's)."""
         self.status = "failed"
         self.error = error
-        self.finished_at = time.time()
+        self.finished_at = time.time() if at is None else at
 
-    def finish(self, status: RunStatus) -> None:
+    def finish(self, status: RunStatus, *, at: float | None = None) -> None:
         """The run ends with ``status``; ``error`` sums up the steps that failed for good."""
         self.status = status
         failures = [s.error.describe() for s in self.steps.values()
                     if s.error is not None and s.id not in self.superseded]
         self.error = "; ".join(failures) if failures else None
-        self.finished_at = time.time()
+        self.finished_at = time.time() if at is None else at
 
     def pause(self) -> None:
         """Every step that could run did; the rest waits for ``pending_approvals``."""

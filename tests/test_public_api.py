@@ -56,7 +56,8 @@ PUBLIC_MODULES = [
     "orchestration.sources.decorated", "orchestration.sources.discovery",
     "orchestration.sources.mcp", "orchestration.sources.openapi", "orchestration.state",
     "orchestration.store", "orchestration.telemetry", "orchestration.telemetry.exporters",
-    "orchestration.telemetry.metrics", "orchestration.telemetry.serving", "planners.feedback",
+    "orchestration.telemetry.metrics", "orchestration.telemetry.serving",
+    "orchestration.temporal", "planners.feedback",
     "planners.parsing", "planners.planner", "planners.prompt", "planners.replan",
     "planners.signatures"
 ]

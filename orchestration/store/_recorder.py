@@ -95,7 +95,9 @@ class RunRecorder:
         self.store = store
         self.run_id = run_id
         self.lease_s = lease_s
-        self.owner = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        # a recorder without a store (a plan-only call, a Temporal workflow, whose store is
+        # its history) holds no lease and so draws no random owner token
+        self.owner = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}" if store is not None else ""
         self.failure: StoreError | None = None
         self._pending: list[Write] = []
         self._flush_lock = asyncio.Lock()

@@ -53,8 +53,8 @@ if TYPE_CHECKING:
     from orchestration.telemetry import Telemetry
     from orchestration.telemetry.metrics import Metrics
 
-__all__ = ["FACT_LAYERS", "LAYER_EVENT_METRICS", "Observer", "PlanningObservation",
-           "StepObservation"]
+__all__ = ["FACT_LAYERS", "LAYER_EVENT_METRICS", "NullCallObservation", "NullObserver", "NullStepObservation",
+           "Observer", "PlanningObservation", "StepObservation"]
 
 log = get_logger("dagwright.run")
 _EVENT_TEXT_LIMIT = 500
@@ -510,6 +510,130 @@ def _run_error_type(state: RunState) -> str:
     if not state.steps:
         return "planning_failed"
     return "steps_failed" if state.status == "failed" else "partial"
+
+
+class NullObserver(Observer):
+    """Records nothing: no span, no metric, no log line, no clock read.
+
+    For engine code that runs inside a Temporal workflow. A workflow is replayed from its
+    history whenever a worker picks it up again, so anything it recorded would be
+    recorded once per replay, with timings that mean nothing (workflow time stands still
+    within a task). The Temporal activities record the real work instead — each tool and
+    LLM call, on the worker that made it — with the worker's own :class:`Observer`.
+    """
+
+    def __init__(self) -> None:  # no telemetry: nothing is recorded
+        pass
+
+    def shown(self, text: str | None, limit: int) -> str | None:
+        return text
+
+    @contextmanager
+    def run(self, state: RunState, *, planned_by: str) -> Iterator[RunObservation]:
+        yield _NULL_RUN
+
+    @contextmanager
+    def planning(
+        self, run_id: str, purpose: str, attributes: Mapping[str, Any] | None = None
+    ) -> Iterator[PlanningObservation]:
+        yield _NullPlanning(purpose)
+
+    @contextmanager
+    def step(self, run_id: str, step: Step, capability: Capability) -> Iterator[StepObservation]:
+        yield NullStepObservation(run_id, step, capability)
+
+    def step_skipped(self, step: Step) -> None:
+        pass
+
+    @contextmanager
+    def llm_call(
+        self, request: LLMRequest, *, run_id: str, provider: str, model: str,
+        base_url: str | None = None,
+    ) -> Iterator[LLMCallObservation]:
+        yield _NULL_LLM_CALL
+
+    def llm_budget_exceeded(self, purpose: str) -> None:
+        pass
+
+    def budget_exceeded(self, report: BudgetExceeded) -> None:
+        pass
+
+    def llm_cost(self, purpose: str, cost: float) -> None:
+        pass
+
+
+class _NullRun(RunObservation):
+    def __init__(self) -> None:
+        self.trace_id = None
+
+    def close(self, state: RunState) -> None:
+        pass
+
+
+class _NullPlanning(PlanningObservation):
+    def __init__(self, purpose: str) -> None:
+        self.span = trace.INVALID_SPAN
+        self.purpose = purpose
+
+    def set(self, key: str, value: Any) -> None:
+        pass
+
+    def selection(self, attributes: Mapping[str, Any], prompt_chars: int) -> None:
+        pass
+
+    def attempt(self, number: int, outcome: str, kind: str, error: str | None,
+                finish_reason: str | None, will_retry: bool) -> None:
+        pass
+
+    def failed(self, description: str, error_type: str = "planning_failed") -> None:
+        pass
+
+
+class NullStepObservation(StepObservation):
+    def __init__(self, run_id: str, step: Step, capability: Capability) -> None:
+        self.span = trace.INVALID_SPAN
+        self.run_id = run_id
+        self.step = step
+        self.capability = capability
+
+    def report(self, name: str, attributes: Mapping[str, Any]) -> None:
+        pass
+
+    def rejected(self, error: StepError) -> None:
+        pass
+
+    @contextmanager
+    def call(self, number: int, layer: str, headers: dict[str, str]) -> Iterator[CallObservation]:
+        yield NullCallObservation()
+
+    def finished(self, result: StepResult) -> None:
+        pass
+
+
+class NullCallObservation(CallObservation):
+    def __init__(self) -> None:
+        self.span = trace.INVALID_SPAN
+        self.http = False
+        self.result = None
+
+    def answered(self, result: CallResult) -> None:
+        pass
+
+
+class _NullLLMCall(LLMCallObservation):
+    def __init__(self) -> None:
+        self.span = trace.INVALID_SPAN
+        self.purpose = ""
+
+    def failed(self, exc: BaseException) -> float:
+        return 0.0
+
+    def succeeded(self, response: LLMResponse) -> float:
+        return 0.0
+
+
+_NULL_RUN = _NullRun()
+_NULL_LLM_CALL = _NullLLMCall()
 
 
 def _log_run_end(state: RunState, duration_s: float, observer: Observer) -> None:

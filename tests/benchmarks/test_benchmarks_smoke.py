@@ -12,7 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import bfcl_rates, common, http_calls, llm_sim, recovery, scheduler, store, throughput
+from benchmarks import (
+    bfcl_rates,
+    common,
+    http_calls,
+    llm_sim,
+    recovery,
+    scale_out,
+    scheduler,
+    store,
+    throughput,
+)
 from executors import coerce
 
 
@@ -174,3 +184,22 @@ def test_store_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     body = section(report, "store")
     assert_preamble(body, "store")
     assert "| side-effect steps | sqlite |" in body
+
+
+@pytest.mark.temporal
+def test_scale_out_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Local, one worker and two workers on one tiny batch (real dev server and workers;
+    without the temporal CLI the Temporal rows say so instead of a figure)."""
+    report = tmp_path / "bench.md"
+    argv = ["--quick", "--runs", "6", "--tool-ms", "2", "--report", str(report)]
+    assert scale_out.main(argv) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"local:\s+[\d.]+ runs/s", out)
+    body = section(report, "scale_out")
+    assert_preamble(body, "scale_out")
+    assert re.search(r"\| local \| [\d.,]+ \| [\d.,]+ \| [\d.,]+ \| [\d.,]+ \| 1\.00× local \|", body)
+    for label in ("temporal, 1 worker", "temporal, 2 workers"):
+        measured = re.search(rf"\| {label} \| [\d.,]+ \| .*× local \|", body)
+        assert measured or f"| {label} | — |" in body, body
+        if measured:
+            assert re.search(rf"{label}: [\d.]+ runs/s", out)

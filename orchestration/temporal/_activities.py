@@ -1,0 +1,211 @@
+"""The activities a worker hosts: where a Temporal run touches the world.
+
+* ``dagwright.call_tool`` — one attempt of one step: the real call through the worker's
+  :class:`~orchestration._transport.ToolTransport` (HTTP, Python, MCP, OpenAPI), returned
+  classified (data, or a :class:`~orchestration.protocol.StepError`). It heartbeats while
+  the call is in flight, so a worker that dies is noticed within the heartbeat timeout.
+* ``dagwright.llm_complete`` — one LLM call with the worker's client (planning, layers 3
+  and 4, synthesis); a failure comes back classified as the :class:`LLMError` it was.
+* ``dagwright.record_run`` — a settled run (paused or ended) written to the workers' run
+  store, so ``get_run``/``list_runs``/``runs show`` read Temporal runs like local ones.
+
+Neither call activity raises for a failed call: failures are data the engine decides on
+in the workflow. An activity fails only when something is wrong with the worker itself.
+Each call is observed here, on the worker that made it (spans, metrics, the LLM debug
+store), because the workflow records nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from temporalio import activity
+
+from orchestration._transport import CallResult, ToolTransport
+from orchestration.catalog import Catalog
+from orchestration.config import OrchestratorConfig
+from orchestration.debug_store import LLMDebugStore
+from orchestration.errors import CatalogError, DagwrightError, LLMError, LLMErrorKind
+from orchestration.events import RunEvent
+from orchestration.llm.base import LLMClient
+from orchestration.plan import Step
+from orchestration.protocol import ErrorCategory, ErrorSource, StepError
+from orchestration.state import RunState
+from orchestration.store import RunStore
+from orchestration.store._base import SaveEvent, SaveStep
+from orchestration.store._recorder import snapshot
+from orchestration.telemetry._observer import Observer
+from orchestration.temporal._payloads import (
+    CALL_TOOL,
+    LLM_COMPLETE,
+    RECORD_RUN,
+    call_result_to_payload,
+    llm_error_to_payload,
+    llm_request_from_payload,
+    llm_response_to_payload,
+)
+
+__all__ = ["RunActivities", "heartbeating"]
+
+T = TypeVar("T")
+
+_LEASE_FOREVER_S = 10 * 365 * 86400.0
+"""A paused Temporal run holds its store lease while Temporal holds the run: no local
+``resume`` may take it over and run it a second time."""
+
+
+async def heartbeating(work: Awaitable[T]) -> T:
+    """Await ``work`` while telling Temporal this worker is alive (a third of the
+    heartbeat timeout apart); cancelling the activity cancels the work."""
+    task = asyncio.ensure_future(work)
+    timeout = activity.info().heartbeat_timeout
+    interval = max(0.05, timeout.total_seconds() / 3) if timeout else 10.0
+    try:
+        while True:
+            activity.heartbeat()
+            done, _ = await asyncio.wait({task}, timeout=interval)
+            if done:
+                return task.result()
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+class RunActivities:
+    """The activities of one worker, with what they use: the catalog, the LLM client
+    (made on first use, so a worker of tool-only runs needs no LLM settings), the
+    transport, the observer and the run store."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        config: OrchestratorConfig,
+        observer: Observer,
+        *,
+        llm: LLMClient | None = None,
+        llm_factory: Callable[[], LLMClient] | None = None,
+        store: RunStore | None = None,
+        debug_store: LLMDebugStore | None = None,
+        owner: str | None = None,
+    ) -> None:
+        self.catalog = catalog
+        self.config = config
+        self.observer = observer
+        self._llm = llm
+        self._llm_factory = llm_factory
+        self.store = store
+        self.debug_store = debug_store
+        self.owner = owner or f"temporal:{socket.gethostname()}:{os.getpid()}"
+        self._transport: ToolTransport | None = None
+        self._store_opened = False
+
+    # --- tool calls ------------------------------------------------------------------------
+    @activity.defn(name=CALL_TOOL)
+    async def call_tool(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One attempt of a step; the classified outcome as JSON."""
+        try:
+            capability = self.catalog.get(request["tool"], request["capability"])
+        except CatalogError as exc:
+            return call_result_to_payload(CallResult(error=StepError(
+                category=ErrorCategory.INTERNAL_ERROR, code="CATALOG_MISMATCH",
+                message=f"worker {self.owner}: {exc}; every worker "
+                        "of a task queue must load the same catalog",
+                source=ErrorSource.ENGINE, retryable=False, request_sent=False)))
+        if self._transport is None:
+            self._transport = ToolTransport.for_config(self.config)
+        transport, params = self._transport, request["params"]
+        headers: dict[str, str] = dict(request.get("headers") or {})
+        run_id = request.get("run_id") or activity.info().workflow_id or ""
+        step = Step(id=request.get("step_id") or "call", tool=capability.tool,
+                    capability=capability.name, params=params)
+        with (self.observer.step(run_id, step, capability) as observation,
+              observation.call(request.get("attempt") or 1, request.get("layer") or "plan",
+                               headers) as call):
+            result = await heartbeating(transport.call(
+                capability, params, timeout_s=float(request["timeout_s"]), headers=headers))
+            call.answered(result)
+        return call_result_to_payload(result)
+
+    # --- LLM calls ---------------------------------------------------------------------------
+    def _client(self) -> LLMClient:
+        if self._llm is None:
+            if self._llm_factory is None:
+                raise DagwrightError("this worker was started without an LLM client")
+            self._llm = self._llm_factory()
+        return self._llm
+
+    @activity.defn(name=LLM_COMPLETE)
+    async def llm_complete(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """One LLM call; ``{"response": ...}`` or ``{"error": ...}`` (the classified
+        :class:`LLMError`, as the workflow's gateway decides on it)."""
+        request = llm_request_from_payload(payload)
+        try:
+            client = self._client()
+        except DagwrightError as exc:  # the worker's LLM settings are incomplete
+            return {"error": llm_error_to_payload(LLMError(
+                LLMErrorKind.OTHER, f"worker {self.owner} has no "
+                f"usable LLM client: {exc}"))}
+        provider = str(getattr(client, "provider", "unknown"))
+        model = getattr(client, "model", None) or "unknown"
+        recorder = self.debug_store.recorder_for(self.observer.redactor) if self.debug_store else None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with self.observer.llm_call(request, run_id=request.run_id or "", provider=provider,
+                                    model=model) as call:
+            try:
+                response = await heartbeating(client.complete(request))
+            except LLMError as exc:
+                call.failed(exc)
+                error = exc
+            except Exception as exc:  # a client bug comes back classified, as the gateway would
+                call.failed(exc)
+                error = LLMError(LLMErrorKind.OTHER, f"LLM client raised {exc!r}")
+            else:
+                call.succeeded(response)
+                if recorder is not None:
+                    recorder(request, response, None, loop.time() - started)
+                return {"response": llm_response_to_payload(response)}
+        if recorder is not None:
+            recorder(request, None, error, loop.time() - started)
+        return {"error": llm_error_to_payload(error)}
+
+    # --- the run store -------------------------------------------------------------------------
+    @activity.defn(name=RECORD_RUN)
+    async def record_run(self, payload: dict[str, Any]) -> None:
+        """Write a paused or finished run (and its new events) to the workers' store."""
+        if self.store is None:
+            return
+        if not self._store_opened:
+            await self.store.open()
+            self._store_opened = True
+        state = RunState.model_validate(payload["state"])
+        record = snapshot(state)
+        now = time.time()
+        await self.store.create_run(record, owner=self.owner, lease_until=now + _LEASE_FOREVER_S)
+        await self.store.write([
+            record, *(SaveStep(state.run_id, step) for step in state.steps.values()),
+            *(SaveEvent(state.run_id, RunEvent.model_validate(e)) for e in payload["events"])])
+        if state.status not in ("running", "awaiting_approval"):
+            await self.store.release(state.run_id, owner=self.owner)
+
+    async def aclose(self) -> None:
+        """Close the transport's pool, the LLM client and the store."""
+        if self._transport is not None:
+            await self._transport.aclose()
+            self._transport = None
+        if self._llm is not None:
+            await self._llm.aclose()
+        if self.store is not None and self._store_opened:
+            await self.store.close()
+            self._store_opened = False
+
+    def activities(self) -> list[Callable[..., Any]]:
+        return [self.call_tool, self.llm_complete, self.record_run]
