@@ -18,6 +18,7 @@ from orchestration import (
     Approval,
     ApprovalError,
     Catalog,
+    ConfigError,
     Orchestrator,
     OrchestratorConfig,
     RunLeased,
@@ -244,3 +245,16 @@ async def test_a_rejected_step_is_recorded_in_the_store_not_only_returned(tmp_pa
     assert stored.steps["send"].status == "failed" and stored.steps["send"].error is not None
     assert stored.steps["send"].error.code == "REJECTED"
     assert events[0] == "step_finished:send:failed"  # a reader of the events sees it too
+
+
+@pytest.mark.parametrize("call", ["astart", "astart_resume", "acancel"])
+async def test_background_runs_on_the_temporal_backend_say_they_are_local_only(
+    call: str,
+) -> None:
+    """The workflow owns a Temporal run: starting it in the background or cancelling it
+    from this process would act on a copy, so the call refuses and says what to use."""
+    orch = Orchestrator(catalog=Catalog(), llm=ScriptedLLM([]),
+                        config=OrchestratorConfig(backend="temporal"))
+    with pytest.raises(ConfigError, match="ORCH_BACKEND=temporal") as caught:
+        await getattr(orch, call)("run-1")
+    assert call in str(caught.value) and "arun/aresume" in str(caught.value)
