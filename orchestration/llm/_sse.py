@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 
 from orchestration.errors import LLMError, LLMErrorKind
-from orchestration.llm._http import redact, transport_error
+from orchestration.llm._http import provider_error_message, redact, transport_error
 from orchestration.llm.base import close_iterator
 
 
@@ -163,6 +163,25 @@ class EventStream:
             f"the stream from {self.url} was cut after {len(partial)} characters of the "
             f"answer: it ended before {what}",
             provider=self.provider,
+            partial=partial,
+        )
+
+    def reported_error(
+        self, body: Mapping[str, Any], raw: str, kinds: Mapping[str, LLMErrorKind]
+    ) -> LLMError:
+        """The error for an ``error`` event/chunk the API sent after the stream began
+        (e.g. overloaded): its ``error.type`` mapped with ``kinds`` (a server error when
+        unknown), its message, and the part of the answer received before it."""
+        error = body.get("error")
+        kind_name = error.get("type") if isinstance(error, dict) else None
+        message = provider_error_message(raw) or "no error message"
+        partial = self.received()
+        return LLMError(
+            kinds.get(str(kind_name), LLMErrorKind.SERVER),
+            redact(f"the stream from {self.url} reported {kind_name or 'an error'} after "
+                   f"{len(partial)} characters of the answer: {message}", self.secret),
+            provider=self.provider,
+            raw=redact(raw[:2000], self.secret),
             partial=partial,
         )
 

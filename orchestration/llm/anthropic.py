@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import httpx
 
-from orchestration.errors import LLMError, LLMErrorKind
+from orchestration.errors import LLMErrorKind
 from orchestration.llm._http import (
     HTTPLLMClient,
     error_for_status,
@@ -33,7 +33,6 @@ from orchestration.llm._http import (
     malformed,
     post_json,
     provider_error_message,
-    redact,
     setting_hint,
     token_count,
     tool_name,
@@ -273,7 +272,7 @@ class AnthropicClient(HTTPLLMClient):
                 data = _event_data(stream, event)
                 kind = data.get("type") or event.event
                 if kind == "error":
-                    raise _stream_error(stream, data, event.data)
+                    raise stream.reported_error(data, event.data, _STREAM_ERROR_KINDS)
                 if kind == "message_stop":
                     reader.stopped = True
                     break
@@ -410,22 +409,6 @@ def _event_data(stream: EventStream, event: SSEEvent) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise stream.malformed(f"{event.event} event data is not a JSON object", event.data)
     return data
-
-
-def _stream_error(stream: EventStream, data: Mapping[str, Any], raw: str) -> LLMError:
-    """An ``error`` event: the API failed after the stream began (e.g. overloaded)."""
-    error = data.get("error")
-    kind_name = error.get("type") if isinstance(error, dict) else None
-    message = provider_error_message(raw) or "no error message"
-    partial = stream.received()
-    return LLMError(
-        _STREAM_ERROR_KINDS.get(str(kind_name), LLMErrorKind.SERVER),
-        redact(f"the stream from {stream.url} reported {kind_name or 'an error'} after "
-               f"{len(partial)} characters of the answer: {message}", stream.secret),
-        provider=stream.provider,
-        raw=redact(raw[:2000], stream.secret),
-        partial=partial,
-    )
 
 
 def split_messages(messages: Iterable[Mapping[str, str]]) -> tuple[str, list[dict[str, str]]]:

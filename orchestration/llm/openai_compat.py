@@ -25,7 +25,7 @@ from typing import Any, Literal
 import httpx
 
 from orchestration._json import decode
-from orchestration.errors import LLMError, LLMErrorKind
+from orchestration.errors import LLMErrorKind
 from orchestration.llm._http import (
     HTTPLLMClient,
     error_for_status,
@@ -33,7 +33,6 @@ from orchestration.llm._http import (
     malformed,
     post_json,
     provider_error_message,
-    redact,
     setting_hint,
     token_count,
     tool_name,
@@ -338,7 +337,7 @@ class OpenAICompatibleClient(HTTPLLMClient):
                     break
                 chunk = _chunk(stream, event.data)
                 if "error" in chunk:
-                    raise _stream_error(stream, chunk, event.data)
+                    raise stream.reported_error(chunk, event.data, _STREAM_ERROR_KINDS)
                 model = chunk.get("model") or model
                 response_id = chunk.get("id") or response_id
                 if isinstance(chunk.get("usage"), dict):
@@ -432,22 +431,6 @@ def _tool_arguments(calls: object) -> list[str]:
             if isinstance(arguments, str):
                 pieces.append(arguments)
     return pieces
-
-
-def _stream_error(stream: EventStream, chunk: Mapping[str, Any], data: str) -> LLMError:
-    """An ``{"error": ...}`` chunk sent after the stream began (vLLM, OpenAI)."""
-    error = chunk.get("error")
-    kind_name = error.get("type") if isinstance(error, dict) else None
-    message = provider_error_message(data) or "no error message"
-    partial = stream.received()
-    return LLMError(
-        _STREAM_ERROR_KINDS.get(str(kind_name), LLMErrorKind.SERVER),
-        redact(f"the stream from {stream.url} reported an error after {len(partial)} "
-               f"characters of the answer: {message}", stream.secret),
-        provider=stream.provider,
-        raw=redact(data[:2000], stream.secret),
-        partial=partial,
-    )
 
 
 def _rejects_stream_options(response: httpx.Response) -> bool:

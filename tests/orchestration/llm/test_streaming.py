@@ -216,7 +216,7 @@ async def test_openai_error_chunk_mid_stream_is_classified_and_keeps_the_partial
     err = seen.error
     assert err is not None and err.kind is LLMErrorKind.SERVER
     assert err.partial == "The answer "
-    assert "reported an error after 11 characters" in str(err)
+    assert "reported server_error after 11 characters" in str(err)
     assert "worker crashed; key [redacted]" in str(err)
     assert_no_secret(err)
 
