@@ -63,10 +63,14 @@ class PreparedCapability:
         schema = capability.input_schema
         self.validator = _schema.validator(schema)
         # the coercer's "already valid" must mean what validation means, formats included
-        self.coercer = Coercer(schema, format_checker=_schema.format_checker(schema))
+        checker = _schema.format_checker(schema)
+        self.coercer = Coercer(schema, format_checker=checker)
+        self._accept = _schema.accept_check(schema, checker)
 
     def validate(self, params: Any) -> list[ValidationIssue]:
         """Every violation of the input schema (not just the first), sorted by path."""
+        if self._accept is not None and self._accept(params):
+            return []
         issues = [
             ValidationIssue(_schema.json_path(err.absolute_path),
                             _unquoted_if_secret(err.message, err.absolute_path, err.instance),

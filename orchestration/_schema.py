@@ -9,7 +9,7 @@ for different purposes, but they all follow references through here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import jsonschema
@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 
     Resolver = _Resolver[referencing.jsonschema.Schema]
 
-__all__ = ["check_schema_errors", "enter", "json_path", "lookup", "resolver_for", "validator"]
+__all__ = ["accept_check", "check_schema_errors", "enter", "json_path", "lookup", "resolver_for",
+           "validator"]
 
 
 def specification(schema: Any) -> referencing.Specification[referencing.jsonschema.Schema]:
@@ -97,3 +98,159 @@ def json_path(parts: Iterable[Any]) -> str:
     for part in parts:
         out += f"[{part}]" if isinstance(part, int) else f".{part}"
     return out
+
+
+# --- a fast "certainly valid" check ------------------------------------------------------
+# jsonschema walks a schema with a generic, dynamic validator: for the small, flat schemas
+# tools mostly have, telling that valid parameters are valid costs more than the rest of a
+# step's bookkeeping. accept_check() compiles such a schema, once, into nested closures
+# that answer only "certainly valid": a value they accept is one jsonschema accepts, and
+# for everything else (any value they do not accept, any schema using a keyword outside
+# the small set below) jsonschema is asked as before. So validation decides exactly as
+# jsonschema does; the compiled check only spares it the common, valid case.
+
+Accept = Callable[[Any], bool]
+
+_DRAFTS_WITH_FLOAT_INTEGERS = frozenset({
+    jsonschema.Draft6Validator, jsonschema.Draft7Validator,
+    jsonschema.Draft201909Validator, jsonschema.Draft202012Validator})
+"""Drafts in which ``4.0`` is an integer and ``exclusiveMinimum`` is a number (the drafts
+the compiled check follows; older ones are left to jsonschema)."""
+
+_ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment",
+                          "deprecated", "readOnly", "writeOnly", "$schema", "$id", "$defs",
+                          "definitions", "contentMediaType", "contentEncoding"})
+"""Keywords that never make a value invalid (``$defs`` only matters through ``$ref``,
+which the check does not follow: a schema with a ``$ref`` is left to jsonschema)."""
+
+
+class _Unsupported(Exception):
+    """A keyword (or keyword value) the compiled check does not follow."""
+
+
+def _type_test(name: str) -> Accept:
+    if name == "string":
+        return lambda v: isinstance(v, str)
+    if name == "integer":
+        return lambda v: (type(v) is int or (type(v) is float and v.is_integer())
+                          or (isinstance(v, int) and not isinstance(v, bool)))
+    if name == "number":
+        return lambda v: isinstance(v, int | float) and not isinstance(v, bool)
+    if name == "boolean":
+        return lambda v: isinstance(v, bool)
+    if name == "null":
+        return lambda v: v is None
+    if name == "object":
+        return lambda v: isinstance(v, dict)
+    if name == "array":
+        return lambda v: isinstance(v, list)
+    raise _Unsupported(name)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _compile(schema: Any, checker: FormatChecker | None) -> Accept:
+    """The accept check of one (sub)schema; raises :class:`_Unsupported`."""
+    if schema is True:
+        return lambda v: True
+    if schema is False or not isinstance(schema, Mapping):
+        raise _Unsupported("schema")
+    tests: list[Accept] = []
+    for keyword, arg in schema.items():
+        if keyword in _ANNOTATIONS:
+            continue
+        if keyword == "type":
+            names = [arg] if isinstance(arg, str) else arg
+            if not isinstance(names, list) or not names:
+                raise _Unsupported(keyword)
+            kinds = [_type_test(n) for n in names]
+            tests.append(kinds[0] if len(kinds) == 1
+                         else lambda v, kinds=kinds: any(k(v) for k in kinds))
+        elif keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+            if not _is_number(arg):
+                raise _Unsupported(keyword)
+            bound = arg
+            test = {"minimum": lambda v, b=bound: v >= b,
+                    "maximum": lambda v, b=bound: v <= b,
+                    "exclusiveMinimum": lambda v, b=bound: v > b,
+                    "exclusiveMaximum": lambda v, b=bound: v < b}[keyword]
+            tests.append(lambda v, test=test: not _is_number(v) or test(v))
+        elif keyword in ("minLength", "maxLength", "minItems", "maxItems",
+                         "minProperties", "maxProperties"):
+            if type(arg) is not int:
+                raise _Unsupported(keyword)
+            kind = (str if keyword.endswith("Length") else
+                    list if keyword.endswith("Items") else dict)
+            if keyword.startswith("min"):
+                tests.append(lambda v, n=arg, k=kind: not isinstance(v, k) or len(v) >= n)
+            else:
+                tests.append(lambda v, n=arg, k=kind: not isinstance(v, k) or len(v) <= n)
+        elif keyword == "enum":
+            # strings and null only: jsonschema's equality (1 == 1.0, True != 1) is not
+            # Python's, so numbers and booleans are left to it
+            if not isinstance(arg, list):
+                raise _Unsupported(keyword)
+            texts = frozenset(m for m in arg if isinstance(m, str))
+            has_null = any(m is None for m in arg)
+            tests.append(lambda v, texts=texts, has_null=has_null:
+                         (isinstance(v, str) and v in texts) or (v is None and has_null))
+        elif keyword == "required":
+            if not isinstance(arg, list) or not all(isinstance(n, str) for n in arg):
+                raise _Unsupported(keyword)
+            names = tuple(arg)
+            tests.append(lambda v, names=names:
+                         not isinstance(v, dict) or all(n in v for n in names))
+        elif keyword == "properties":
+            if not isinstance(arg, Mapping):
+                raise _Unsupported(keyword)
+            members = {name: _compile(sub, checker) for name, sub in arg.items()}
+
+            def properties(v: Any, members: dict[str, Accept] = members) -> bool:
+                if not isinstance(v, dict):
+                    return True
+                for name, item in v.items():
+                    test = members.get(name)
+                    if test is not None and not test(item):
+                        return False
+                return True
+
+            tests.append(properties)
+        elif keyword == "additionalProperties":
+            if "patternProperties" in schema:
+                raise _Unsupported(keyword)
+            known = frozenset(schema.get("properties") or ())
+            extra = _compile(arg, checker) if arg is not False else None
+            tests.append(lambda v, known=known, extra=extra: not isinstance(v, dict) or all(
+                name in known or (extra is not None and extra(item))
+                for name, item in v.items()))
+        elif keyword == "items":
+            if "prefixItems" in schema or not isinstance(arg, Mapping | bool):
+                raise _Unsupported(keyword)
+            each = _compile(arg, checker)
+            tests.append(lambda v, each=each: not isinstance(v, list) or all(map(each, v)))
+        elif keyword == "format":
+            if checker is not None:
+                tests.append(lambda v, fmt=arg: checker.conforms(v, fmt))
+        else:
+            raise _Unsupported(keyword)
+    if not tests:
+        return lambda v: True
+    if len(tests) == 1:
+        return tests[0]
+    return lambda v: all(test(v) for test in tests)
+
+
+def accept_check(schema: Any, format_checker: FormatChecker | None) -> Accept | None:
+    """A compiled check that accepts only values that a validator of ``schema``'s draft
+    with ``format_checker`` accepts, or None when the schema uses what the check does not
+    follow (``$ref``, ``anyOf``, ``pattern``...: jsonschema then decides every value, as
+    it always does when the check does not accept one)."""
+    cls: type[Validator] = validator_for(schema, default=jsonschema.Draft202012Validator)
+    if cls not in _DRAFTS_WITH_FLOAT_INTEGERS:
+        return None
+    try:
+        return _compile(schema, format_checker)
+    except _Unsupported:
+        return None
