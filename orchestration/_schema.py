@@ -9,8 +9,8 @@ for different purposes, but they all follow references through here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping, Sized
+from typing import TYPE_CHECKING, Any, cast
 
 import jsonschema
 import referencing
@@ -151,6 +151,70 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _any_of(kinds: list[Accept]) -> Accept:
+    return lambda v: any(kind(v) for kind in kinds)
+
+
+def _all_of(tests: list[Accept]) -> Accept:
+    return lambda v: all(test(v) for test in tests)
+
+
+def _bound(keyword: str, bound: float) -> Accept:
+    if keyword == "minimum":
+        return lambda v: not _is_number(v) or v >= bound
+    if keyword == "maximum":
+        return lambda v: not _is_number(v) or v <= bound
+    if keyword == "exclusiveMinimum":
+        return lambda v: not _is_number(v) or v > bound
+    return lambda v: not _is_number(v) or v < bound
+
+
+def _size(keyword: str, limit: int) -> Accept:
+    kind: type = (str if keyword.endswith("Length") else
+                  list if keyword.endswith("Items") else dict)
+    if keyword.startswith("min"):
+        return lambda v: not isinstance(v, kind) or len(cast(Sized, v)) >= limit
+    return lambda v: not isinstance(v, kind) or len(cast(Sized, v)) <= limit
+
+
+def _enum(members: list[Any]) -> Accept:
+    # strings and null only: jsonschema's equality (1 == 1.0, True != 1) is not Python's,
+    # so numbers and booleans are left to it
+    texts = frozenset(m for m in members if isinstance(m, str))
+    has_null = any(m is None for m in members)
+    return lambda v: (isinstance(v, str) and v in texts) or (v is None and has_null)
+
+
+def _required(names: tuple[str, ...]) -> Accept:
+    return lambda v: not isinstance(v, dict) or all(n in v for n in names)
+
+
+def _properties(members: dict[str, Accept]) -> Accept:
+    def properties(v: Any) -> bool:
+        if not isinstance(v, dict):
+            return True
+        for name, item in v.items():
+            test = members.get(name)
+            if test is not None and not test(item):
+                return False
+        return True
+
+    return properties
+
+
+def _additional(known: frozenset[str], extra: Accept | None) -> Accept:
+    return lambda v: not isinstance(v, dict) or all(
+        name in known or (extra is not None and extra(item)) for name, item in v.items())
+
+
+def _items(each: Accept) -> Accept:
+    return lambda v: not isinstance(v, list) or all(map(each, v))
+
+
+def _format(checker: FormatChecker, fmt: str) -> Accept:
+    return lambda v: checker.conforms(v, fmt)
+
+
 def _compile(schema: Any, checker: FormatChecker | None) -> Accept:
     """The accept check of one (sub)schema; raises :class:`_Unsupported`."""
     if schema is True:
@@ -166,80 +230,45 @@ def _compile(schema: Any, checker: FormatChecker | None) -> Accept:
             if not isinstance(names, list) or not names:
                 raise _Unsupported(keyword)
             kinds = [_type_test(n) for n in names]
-            tests.append(kinds[0] if len(kinds) == 1
-                         else lambda v, kinds=kinds: any(k(v) for k in kinds))
+            tests.append(kinds[0] if len(kinds) == 1 else _any_of(kinds))
         elif keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
             if not _is_number(arg):
                 raise _Unsupported(keyword)
-            bound = arg
-            test = {"minimum": lambda v, b=bound: v >= b,
-                    "maximum": lambda v, b=bound: v <= b,
-                    "exclusiveMinimum": lambda v, b=bound: v > b,
-                    "exclusiveMaximum": lambda v, b=bound: v < b}[keyword]
-            tests.append(lambda v, test=test: not _is_number(v) or test(v))
+            tests.append(_bound(keyword, arg))
         elif keyword in ("minLength", "maxLength", "minItems", "maxItems",
                          "minProperties", "maxProperties"):
             if type(arg) is not int:
                 raise _Unsupported(keyword)
-            kind = (str if keyword.endswith("Length") else
-                    list if keyword.endswith("Items") else dict)
-            if keyword.startswith("min"):
-                tests.append(lambda v, n=arg, k=kind: not isinstance(v, k) or len(v) >= n)
-            else:
-                tests.append(lambda v, n=arg, k=kind: not isinstance(v, k) or len(v) <= n)
+            tests.append(_size(keyword, arg))
         elif keyword == "enum":
-            # strings and null only: jsonschema's equality (1 == 1.0, True != 1) is not
-            # Python's, so numbers and booleans are left to it
             if not isinstance(arg, list):
                 raise _Unsupported(keyword)
-            texts = frozenset(m for m in arg if isinstance(m, str))
-            has_null = any(m is None for m in arg)
-            tests.append(lambda v, texts=texts, has_null=has_null:
-                         (isinstance(v, str) and v in texts) or (v is None and has_null))
+            tests.append(_enum(arg))
         elif keyword == "required":
             if not isinstance(arg, list) or not all(isinstance(n, str) for n in arg):
                 raise _Unsupported(keyword)
-            names = tuple(arg)
-            tests.append(lambda v, names=names:
-                         not isinstance(v, dict) or all(n in v for n in names))
+            tests.append(_required(tuple(arg)))
         elif keyword == "properties":
             if not isinstance(arg, Mapping):
                 raise _Unsupported(keyword)
-            members = {name: _compile(sub, checker) for name, sub in arg.items()}
-
-            def properties(v: Any, members: dict[str, Accept] = members) -> bool:
-                if not isinstance(v, dict):
-                    return True
-                for name, item in v.items():
-                    test = members.get(name)
-                    if test is not None and not test(item):
-                        return False
-                return True
-
-            tests.append(properties)
+            tests.append(_properties({name: _compile(sub, checker) for name, sub in arg.items()}))
         elif keyword == "additionalProperties":
             if "patternProperties" in schema:
                 raise _Unsupported(keyword)
-            known = frozenset(schema.get("properties") or ())
-            extra = _compile(arg, checker) if arg is not False else None
-            tests.append(lambda v, known=known, extra=extra: not isinstance(v, dict) or all(
-                name in known or (extra is not None and extra(item))
-                for name, item in v.items()))
+            tests.append(_additional(frozenset(schema.get("properties") or ()),
+                                     _compile(arg, checker) if arg is not False else None))
         elif keyword == "items":
             if "prefixItems" in schema or not isinstance(arg, Mapping | bool):
                 raise _Unsupported(keyword)
-            each = _compile(arg, checker)
-            tests.append(lambda v, each=each: not isinstance(v, list) or all(map(each, v)))
+            tests.append(_items(_compile(arg, checker)))
         elif keyword == "format":
-            if checker is not None:
-                tests.append(lambda v, fmt=arg: checker.conforms(v, fmt))
+            if checker is not None and isinstance(arg, str):
+                tests.append(_format(checker, arg))
         else:
             raise _Unsupported(keyword)
     if not tests:
         return lambda v: True
-    if len(tests) == 1:
-        return tests[0]
-    return lambda v: all(test(v) for test in tests)
+    return tests[0] if len(tests) == 1 else _all_of(tests)
 
 
 def accept_check(schema: Any, format_checker: FormatChecker | None) -> Accept | None:
