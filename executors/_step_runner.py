@@ -113,7 +113,7 @@ class StepRunner:
         with services.observer.step(self.run.run_id, step, state.capability) as observation:
             state.observation = observation
             try:
-                async with asyncio.timeout_at(deadline):
+                async with services.clock.deadline(deadline):
                     output, error = await self._attempts(state, deadline)
             except TimeoutError:
                 output, error = None, self._deadline_error(state, deadline)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from datetime import timedelta
@@ -119,6 +120,11 @@ class WorkflowClock(Clock):
     async def sleep(self, seconds: float) -> None:
         if seconds > 0:
             await workflow.sleep(seconds)
+
+    def deadline(self, when: float) -> AbstractAsyncContextManager[object]:
+        # a workflow's timers are commands in its history: each scope keeps its own
+        # durable timer, as the run workflow always had
+        return asyncio.timeout_at(when)
 
 
 class WorkflowObserver(NullObserver):
