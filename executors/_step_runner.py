@@ -242,7 +242,7 @@ class StepRunner:
             attempt, output = await self._attempt(state, decision, deadline,
                                                   key=resend.idempotency_key)
         else:
-            bound = bind(state.step.params, self.run.outputs)
+            bound = bind(state.step.params, self.run.outputs, self.plan.parsed)
             if isinstance(bound, StepError):
                 decision = Decision(params=dict(state.step.params), layer="plan")
                 state.params = decision.params
