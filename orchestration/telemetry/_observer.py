@@ -135,6 +135,7 @@ class Observer:
         self.model = model
         self._profiles: dict[str, CapabilityProfile] = {}
         self._shown_ids: dict[str, str] = {}
+        self._shown_for: object = None
 
     @property
     def step_tracer(self) -> Tracer:
@@ -206,13 +207,19 @@ class Observer:
             self._profiles[capability.key] = found
         return found
 
-    def shown_id(self, run_id: str) -> str:
-        """A run id as a span may show it (redacted once per run: a caller may choose it)."""
-        shown = self._shown_ids.get(run_id)
+    def shown_id(self, identifier: str) -> str:
+        """A run or step id as a span may show it: redacted (a caller chooses run ids, a
+        planner step ids), once per id and known secrets rather than once per span —
+        the same plan's step ids come back run after run."""
+        secrets = self.redactor.known_secrets()
+        if secrets is not self._shown_for:
+            self._shown_ids.clear()
+            self._shown_for = secrets
+        shown = self._shown_ids.get(identifier)
         if shown is None:
-            if len(self._shown_ids) >= 4096:
+            if len(self._shown_ids) >= 8192:
                 self._shown_ids.clear()
-            shown = self._shown_ids[run_id] = self.redactor.redact(run_id)
+            shown = self._shown_ids[identifier] = self.redactor.redact(identifier)
         return shown
 
     def step_skipped(self, step: Step) -> None:
@@ -471,12 +478,13 @@ class StepObservation:
         self.span = span
         if span.is_recording():
             self.recording = True
-            red = observer.redactor
             run_shown = observer.shown_id(self.run_id)
+            step_shown = observer.shown_id(self.step.id)
+            # ids hold only letters, digits, '_', '-', '.', ':': the call id is the two
+            # redacted ids joined, not a new text a secret could hide in
             span.set_attributes({
-                **profile.span_attributes,
-                attr.GEN_AI_TOOL_CALL_ID: red.redact(f"{self.run_id}:{self.step.id}"),
-                attr.RUN_ID: run_shown, attr.STEP_ID: red.redact(self.step.id)})
+                **profile.span_attributes, attr.GEN_AI_TOOL_CALL_ID: f"{run_shown}:{step_shown}",
+                attr.RUN_ID: run_shown, attr.STEP_ID: step_shown})
             self._call_context = trace.set_span_in_context(span)
             self._otel_token = otel_context.attach(self._call_context)
         self._log_token = enter_log_context(self.run_id, self.step.id)
@@ -528,7 +536,7 @@ class StepObservation:
                    start_time: int | None = None) -> Span:
         profile = self._profile
         attributes = {**profile.call_attributes, attr.RUN_ID: self._observer.shown_id(self.run_id),
-                      attr.STEP_ID: self._observer.redactor.redact(self.step.id),
+                      attr.STEP_ID: self._observer.shown_id(self.step.id),
                       attr.LAYER: layer, attr.ATTEMPT: number}
         if resends and self.capability.url is not None:
             attributes[attr.HTTP_REQUEST_RESEND_COUNT] = resends
@@ -568,14 +576,15 @@ class StepObservation:
         """The step ended: span status and the step metrics."""
         if self.recording:
             span, error = self.span, result.error
+            outcome: dict[str, Any] = {attr.ATTEMPT: len(result.attempts),
+                                       attr.STEP_STATUS: result.status}
+            if result.attempts:
+                outcome[attr.LAYER] = result.attempts[-1].layer
             if error is not None:
                 span.set_status(Status(StatusCode.ERROR,
                                        self._observer.redactor.redact(error.describe())))
-                span.set_attribute(attr.ERROR_TYPE, error.category.value)
-            span.set_attribute(attr.ATTEMPT, len(result.attempts))
-            span.set_attribute(attr.STEP_STATUS, result.status)
-            if result.attempts:
-                span.set_attribute(attr.LAYER, result.attempts[-1].layer)
+                outcome[attr.ERROR_TYPE] = error.category.value
+            span.set_attributes(outcome)  # one update of the span, not one per attribute
         profile = self._profile
         counter, otel_attrs = profile.step_counted(result.status)
         counter.inc()
