@@ -12,10 +12,9 @@ from typing import Any
 
 from orchestration.plan import (
     REFERENCE_RE,
+    ParsedText,
     Reference,
-    parse_references,
     path_index,
-    whole_reference,
 )
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError
 
@@ -66,14 +65,18 @@ def resolve_reference(ref: Reference, outputs: Mapping[str, Any], param_path: st
     return value
 
 
-def _bind(value: Any, outputs: Mapping[str, Any], path: str) -> Any:
+def _bind(value: Any, outputs: Mapping[str, Any], path: str,
+          parsed: Mapping[str, ParsedText]) -> Any:
     if isinstance(value, str):
         if "{{" not in value:
             return value
-        whole = whole_reference(value)
+        found = parsed.get(value)
+        if found is None:
+            found = ParsedText(value)
+        whole = found.whole
         if whole is not None:
             return resolve_reference(whole, outputs, path)
-        refs = {r.text: r for r in parse_references(value)}
+        refs = found.by_text
 
         def text_of(match: Any) -> str:
             resolved = resolve_reference(refs[match.group(0)], outputs, path)
@@ -81,24 +84,29 @@ def _bind(value: Any, outputs: Mapping[str, Any], path: str) -> Any:
 
         return REFERENCE_RE.sub(text_of, value)
     if isinstance(value, dict):
-        return {k: _bind(v, outputs, f"{path}.{k}") for k, v in value.items()}
+        return {k: _bind(v, outputs, f"{path}.{k}", parsed) for k, v in value.items()}
     if isinstance(value, list):
-        return [_bind(v, outputs, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [_bind(v, outputs, f"{path}[{i}]", parsed) for i, v in enumerate(value)]
     return value
 
 
-def bind_params(params: dict[str, Any], outputs: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``params`` with every reference resolved; raises :class:`BindingFailure`."""
-    bound = _bind(params, outputs, "$")
+def bind_params(params: dict[str, Any], outputs: Mapping[str, Any],
+                parsed: Mapping[str, ParsedText] | None = None) -> dict[str, Any]:
+    """A copy of ``params`` with every reference resolved; raises :class:`BindingFailure`.
+
+    ``parsed``: the plan's parameter strings already parsed (``ValidatedPlan.parsed``);
+    other strings are parsed here."""
+    bound = _bind(params, outputs, "$", parsed if parsed is not None else {})
     assert isinstance(bound, dict)
     return bound
 
 
-def bind(params: dict[str, Any], outputs: Mapping[str, Any]) -> dict[str, Any] | StepError:
+def bind(params: dict[str, Any], outputs: Mapping[str, Any],
+         parsed: Mapping[str, ParsedText] | None = None) -> dict[str, Any] | StepError:
     """The bind stage: ``params`` with references resolved, or the binding error (nothing
     is sent; layer 4 may re-resolve the value from the trajectory)."""
     try:
-        return bind_params(params, outputs)
+        return bind_params(params, outputs, parsed)
     except BindingFailure as failure:
         return StepError(
             category=ErrorCategory.BINDING_ERROR,

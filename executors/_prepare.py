@@ -27,9 +27,12 @@ from orchestration._json import (
     unencodable,
 )
 from orchestration.capability import Capability
+from orchestration.config import OrchestratorConfig
+from orchestration.layer_settings import LayerSettings
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError
 from orchestration.redaction import MASK, SENSITIVE_NAME
 from orchestration.result import CoercionRecord
+from orchestration.retry_policy import RetryPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,17 +59,46 @@ class PreparedCall:
 
 
 class PreparedCapability:
-    """A capability with its coercer and validator built."""
+    """A capability with its coercer and validator built, and the layer settings and
+    retry policy its calls run with (the global ones with the capability's overrides,
+    worked out once rather than on every step)."""
 
     def __init__(self, capability: Capability) -> None:
         self.capability = capability
+        self._settings: tuple[LayerSettings, LayerSettings] | None = None
+        self._policy: tuple[OrchestratorConfig, RetryPolicy] | None = None
         schema = capability.input_schema
         self.validator = _schema.validator(schema)
         # the coercer's "already valid" must mean what validation means, formats included
-        self.coercer = Coercer(schema, format_checker=_schema.format_checker(schema))
+        checker = _schema.format_checker(schema)
+        self.coercer = Coercer(schema, format_checker=checker)
+        self._accept = _schema.accept_check(schema, checker)
+
+    def layer_settings(self, layers: LayerSettings) -> LayerSettings:
+        """``layers`` with the capability's ``layers:`` overrides (validated when the
+        catalog loaded, so this cannot fail for a capability of a loaded catalog)."""
+        cached = self._settings
+        if cached is None or cached[0] is not layers:
+            cap = self.capability
+            merged = layers.with_overrides(cap.layers, source=f"capability {cap.key!r} layers")
+            self._settings = cached = (layers, merged)
+        return cached[1]
+
+    def retry_policy(self, config: OrchestratorConfig) -> RetryPolicy:
+        """The global retry policy of ``config`` with the capability's ``retry:``
+        overrides (a step's own overrides go on top of this)."""
+        cached = self._policy
+        if cached is None or cached[0] is not config:
+            cap = self.capability
+            policy = RetryPolicy.for_call(
+                config, (cap.retry, f"capability {cap.key!r} retry overrides"))
+            self._policy = cached = (config, policy)
+        return cached[1]
 
     def validate(self, params: Any) -> list[ValidationIssue]:
         """Every violation of the input schema (not just the first), sorted by path."""
+        if self._accept is not None and self._accept(params):
+            return []
         issues = [
             ValidationIssue(_schema.json_path(err.absolute_path),
                             _unquoted_if_secret(err.message, err.absolute_path, err.instance),

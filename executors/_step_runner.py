@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from executors._approvals import AwaitApproval, approval_reason
@@ -62,7 +62,6 @@ from orchestration.result import (
     StepResult,
     StepStatus,
 )
-from orchestration.retry_policy import RetryPolicy
 from orchestration.services import RunServices
 from orchestration.state import RunState
 from orchestration.store._base import CallMarker
@@ -113,7 +112,7 @@ class StepRunner:
         with services.observer.step(self.run.run_id, step, state.capability) as observation:
             state.observation = observation
             try:
-                async with asyncio.timeout_at(deadline):
+                async with services.clock.deadline(deadline):
                     output, error = await self._attempts(state, deadline)
             except TimeoutError:
                 output, error = None, self._deadline_error(state, deadline)
@@ -214,12 +213,12 @@ class StepRunner:
         """
         services = self.services
         capability = services.catalog.get(step.tool, step.capability)
-        settings = services.layers.with_overrides(
-            capability.layers, source=f"capability {capability.key!r} layers")
-        policy = RetryPolicy.for_call(
-            services.config,
-            (capability.retry, f"capability {capability.key!r} retry overrides"),
-            (step.retry, f"step {step.id!r} ({capability.key}) retry overrides"))
+        prepared = self.capabilities.get(capability)
+        settings = prepared.layer_settings(services.layers)
+        policy = prepared.retry_policy(services.config)
+        if step.retry:
+            policy = policy.with_overrides(
+                step.retry, source=f"step {step.id!r} ({capability.key}) retry overrides")
         return StepState(step=step, capability=capability, plan=self.plan, run=self.run,
                          services=services, settings=settings, retry_policy=policy,
                          attempts=list(self.resume.attempts.get(step.id, ())))
@@ -243,13 +242,13 @@ class StepRunner:
             attempt, output = await self._attempt(state, decision, deadline,
                                                   key=resend.idempotency_key)
         else:
-            decision = Decision(params=dict(state.step.params), layer="plan")
-            bound = bind(decision.params, self.run.outputs)
+            bound = bind(state.step.params, self.run.outputs, self.plan.parsed)
             if isinstance(bound, StepError):
+                decision = Decision(params=dict(state.step.params), layer="plan")
                 state.params = decision.params
                 attempt, output = self._record(state, decision, "unbound", bound), None
             else:
-                attempt, output = await self._attempt(state, replace(decision, params=bound),
+                attempt, output = await self._attempt(state, Decision(params=bound, layer="plan"),
                                                       deadline)
         cap = self.services.config.max_attempts_per_step
         previous: StepError | None = None  # the failure the current attempt answers
@@ -294,9 +293,10 @@ class StepRunner:
             if decision.delay_s > 0:
                 await self.services.clock.sleep(decision.delay_s)
             prepared = self._prepare(state, decision)
-            provenance = self._ground(state, decision, prepared,
-                                      self.capabilities.get(state.capability),
-                                      len(state.attempts) + 1)
+            if decision.grounding is not None:
+                provenance = self._ground(state, decision, prepared,
+                                          self.capabilities.get(state.capability),
+                                          len(state.attempts) + 1)
             if prepared.error is not None:
                 assert state.observation is not None
                 state.observation.rejected(prepared.error)
@@ -372,6 +372,8 @@ class StepRunner:
     @staticmethod
     def _blocked(state: StepState, prepared: PreparedCall) -> StepError | None:
         """The re-send guard's refusal of this call, as the not-sent attempt's error."""
+        if not state.attempts:  # nothing sent before: nothing to send again
+            return None
         reason = resend_blocked(state.capability, prepared.params, state.attempts)
         if reason is None:
             return None

@@ -318,6 +318,9 @@ class Coercer:
         self._refs: dict[int, tuple[Any, _Resolver] | None] = {}
         self._required: dict[int, tuple[Any, frozenset[str]]] = {}
         self._admits_cache: dict[tuple[int, str], tuple[Any, bool]] = {}
+        # the common case -- parameters already valid -- told without walking the schema
+        # generically; anything it does not accept is judged by the validator as before
+        self._accept = _schema.accept_check(schema, format_checker)
 
     # ------------------------------------------------------------------ API
 
@@ -329,7 +332,9 @@ class Coercer:
         is returned unchanged for validation to judge.
         """
         changes: list[CoercionChange]
-        if self._check(value, self._schema, self._resolver) is True:
+        accept = self._accept
+        if (accept is not None and accept(value)) or (
+                self._check(value, self._schema, self._resolver) is True):
             if not self._says_integer or not _has_integral_float(value, 0):
                 return CoercionResult(value, [], known_valid=True)
             changes = []

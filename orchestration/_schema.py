@@ -9,8 +9,8 @@ for different purposes, but they all follow references through here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping, Sized
+from typing import TYPE_CHECKING, Any, cast
 
 import jsonschema
 import referencing
@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 
     Resolver = _Resolver[referencing.jsonschema.Schema]
 
-__all__ = ["check_schema_errors", "enter", "json_path", "lookup", "resolver_for", "validator"]
+__all__ = ["accept_check", "check_schema_errors", "enter", "json_path", "lookup", "resolver_for",
+           "validator"]
 
 
 def specification(schema: Any) -> referencing.Specification[referencing.jsonschema.Schema]:
@@ -97,3 +98,188 @@ def json_path(parts: Iterable[Any]) -> str:
     for part in parts:
         out += f"[{part}]" if isinstance(part, int) else f".{part}"
     return out
+
+
+# --- a fast "certainly valid" check ------------------------------------------------------
+# jsonschema walks a schema with a generic, dynamic validator: for the small, flat schemas
+# tools mostly have, telling that valid parameters are valid costs more than the rest of a
+# step's bookkeeping. accept_check() compiles such a schema, once, into nested closures
+# that answer only "certainly valid": a value they accept is one jsonschema accepts, and
+# for everything else (any value they do not accept, any schema using a keyword outside
+# the small set below) jsonschema is asked as before. So validation decides exactly as
+# jsonschema does; the compiled check only spares it the common, valid case.
+
+Accept = Callable[[Any], bool]
+
+_DRAFTS_WITH_FLOAT_INTEGERS = frozenset({
+    jsonschema.Draft6Validator, jsonschema.Draft7Validator,
+    jsonschema.Draft201909Validator, jsonschema.Draft202012Validator})
+"""Drafts in which ``4.0`` is an integer and ``exclusiveMinimum`` is a number (the drafts
+the compiled check follows; older ones are left to jsonschema)."""
+
+_ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment",
+                          "deprecated", "readOnly", "writeOnly", "$schema", "$id", "$defs",
+                          "definitions", "contentMediaType", "contentEncoding"})
+"""Keywords that never make a value invalid (``$defs`` only matters through ``$ref``,
+which the check does not follow: a schema with a ``$ref`` is left to jsonschema)."""
+
+
+class _Unsupported(Exception):
+    """A keyword (or keyword value) the compiled check does not follow."""
+
+
+def _type_test(name: str) -> Accept:
+    if name == "string":
+        return lambda v: isinstance(v, str)
+    if name == "integer":
+        return lambda v: (type(v) is int or (type(v) is float and v.is_integer())
+                          or (isinstance(v, int) and not isinstance(v, bool)))
+    if name == "number":
+        return lambda v: isinstance(v, int | float) and not isinstance(v, bool)
+    if name == "boolean":
+        return lambda v: isinstance(v, bool)
+    if name == "null":
+        return lambda v: v is None
+    if name == "object":
+        return lambda v: isinstance(v, dict)
+    if name == "array":
+        return lambda v: isinstance(v, list)
+    raise _Unsupported(name)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _any_of(kinds: list[Accept]) -> Accept:
+    return lambda v: any(kind(v) for kind in kinds)
+
+
+def _all_of(tests: list[Accept]) -> Accept:
+    return lambda v: all(test(v) for test in tests)
+
+
+def _bound(keyword: str, bound: float) -> Accept:
+    if keyword == "minimum":
+        return lambda v: not _is_number(v) or v >= bound
+    if keyword == "maximum":
+        return lambda v: not _is_number(v) or v <= bound
+    if keyword == "exclusiveMinimum":
+        return lambda v: not _is_number(v) or v > bound
+    return lambda v: not _is_number(v) or v < bound
+
+
+def _size(keyword: str, limit: int) -> Accept:
+    kind: type = (str if keyword.endswith("Length") else
+                  list if keyword.endswith("Items") else dict)
+    if keyword.startswith("min"):
+        return lambda v: not isinstance(v, kind) or len(cast(Sized, v)) >= limit
+    return lambda v: not isinstance(v, kind) or len(cast(Sized, v)) <= limit
+
+
+def _enum(members: list[Any]) -> Accept:
+    # strings and null only: jsonschema's equality (1 == 1.0, True != 1) is not Python's,
+    # so numbers and booleans are left to it
+    texts = frozenset(m for m in members if isinstance(m, str))
+    has_null = any(m is None for m in members)
+    return lambda v: (isinstance(v, str) and v in texts) or (v is None and has_null)
+
+
+def _required(names: tuple[str, ...]) -> Accept:
+    return lambda v: not isinstance(v, dict) or all(n in v for n in names)
+
+
+def _properties(members: dict[str, Accept]) -> Accept:
+    def properties(v: Any) -> bool:
+        if not isinstance(v, dict):
+            return True
+        for name, item in v.items():
+            test = members.get(name)
+            if test is not None and not test(item):
+                return False
+        return True
+
+    return properties
+
+
+def _additional(known: frozenset[str], extra: Accept | None) -> Accept:
+    return lambda v: not isinstance(v, dict) or all(
+        name in known or (extra is not None and extra(item)) for name, item in v.items())
+
+
+def _items(each: Accept) -> Accept:
+    return lambda v: not isinstance(v, list) or all(map(each, v))
+
+
+def _format(checker: FormatChecker, fmt: str) -> Accept:
+    return lambda v: checker.conforms(v, fmt)
+
+
+def _compile(schema: Any, checker: FormatChecker | None) -> Accept:
+    """The accept check of one (sub)schema; raises :class:`_Unsupported`."""
+    if schema is True:
+        return lambda v: True
+    if schema is False or not isinstance(schema, Mapping):
+        raise _Unsupported("schema")
+    tests: list[Accept] = []
+    for keyword, arg in schema.items():
+        if keyword in _ANNOTATIONS:
+            continue
+        if keyword == "type":
+            names = [arg] if isinstance(arg, str) else arg
+            if not isinstance(names, list) or not names:
+                raise _Unsupported(keyword)
+            kinds = [_type_test(n) for n in names]
+            tests.append(kinds[0] if len(kinds) == 1 else _any_of(kinds))
+        elif keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+            if not _is_number(arg):
+                raise _Unsupported(keyword)
+            tests.append(_bound(keyword, arg))
+        elif keyword in ("minLength", "maxLength", "minItems", "maxItems",
+                         "minProperties", "maxProperties"):
+            if type(arg) is not int:
+                raise _Unsupported(keyword)
+            tests.append(_size(keyword, arg))
+        elif keyword == "enum":
+            if not isinstance(arg, list):
+                raise _Unsupported(keyword)
+            tests.append(_enum(arg))
+        elif keyword == "required":
+            if not isinstance(arg, list) or not all(isinstance(n, str) for n in arg):
+                raise _Unsupported(keyword)
+            tests.append(_required(tuple(arg)))
+        elif keyword == "properties":
+            if not isinstance(arg, Mapping):
+                raise _Unsupported(keyword)
+            tests.append(_properties({name: _compile(sub, checker) for name, sub in arg.items()}))
+        elif keyword == "additionalProperties":
+            if "patternProperties" in schema:
+                raise _Unsupported(keyword)
+            tests.append(_additional(frozenset(schema.get("properties") or ()),
+                                     _compile(arg, checker) if arg is not False else None))
+        elif keyword == "items":
+            if "prefixItems" in schema or not isinstance(arg, Mapping | bool):
+                raise _Unsupported(keyword)
+            tests.append(_items(_compile(arg, checker)))
+        elif keyword == "format":
+            if checker is not None and isinstance(arg, str):
+                tests.append(_format(checker, arg))
+        else:
+            raise _Unsupported(keyword)
+    if not tests:
+        return lambda v: True
+    return tests[0] if len(tests) == 1 else _all_of(tests)
+
+
+def accept_check(schema: Any, format_checker: FormatChecker | None) -> Accept | None:
+    """A compiled check that accepts only values that a validator of ``schema``'s draft
+    with ``format_checker`` accepts, or None when the schema uses what the check does not
+    follow (``$ref``, ``anyOf``, ``pattern``...: jsonschema then decides every value, as
+    it always does when the check does not accept one)."""
+    cls: type[Validator] = validator_for(schema, default=jsonschema.Draft202012Validator)
+    if cls not in _DRAFTS_WITH_FLOAT_INTEGERS:
+        return None
+    try:
+        return _compile(schema, format_checker)
+    except _Unsupported:
+        return None

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from orchestration._deadlines import watchdog
 from orchestration._json import DEFAULT_MAX_DEPTH, UnreadableJSON, encode
 from orchestration.capability import Capability
 from orchestration.errors import ToolFailed
@@ -185,14 +186,14 @@ class ToolTransport:
         trace.dispatched = True
         try:
             if capability.run_in_thread:
-                async with asyncio.timeout(timeout_s):
+                with watchdog().deadline(asyncio.get_running_loop().time() + timeout_s):
                     value = await asyncio.to_thread(fn, **params)
             else:
                 # a sync function runs on the loop and cannot be interrupted, so only an
-                # awaitable result gets a timer
+                # awaitable result gets a deadline
                 value = fn(**params)
                 if inspect.isawaitable(value):
-                    async with asyncio.timeout(timeout_s):
+                    with watchdog().deadline(asyncio.get_running_loop().time() + timeout_s):
                         value = await value
         except ToolFailed as exc:
             return CallResult(

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from contextlib import AbstractAsyncContextManager
+
+from orchestration._deadlines import watchdog
 
 __all__ = ["Clock", "ManualClock"]
 
@@ -26,6 +29,12 @@ class Clock:
     async def sleep(self, seconds: float) -> None:
         if seconds > 0:
             await asyncio.sleep(seconds)
+
+    def deadline(self, when: float) -> AbstractAsyncContextManager[object]:
+        """``async with`` scope that raises :class:`TimeoutError` at event-loop time
+        ``when``, as ``asyncio.timeout_at`` does; one timer per event loop serves every
+        scope (see :mod:`orchestration._deadlines`)."""
+        return watchdog().deadline(when)
 
 
 class ManualClock(Clock):

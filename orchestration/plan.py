@@ -25,6 +25,7 @@ from orchestration.retry_policy import check_overrides
 __all__ = [
     "REFERENCE_RE",
     "STEP_ID_PATTERN",
+    "ParsedText",
     "Plan",
     "Reference",
     "Step",
@@ -148,16 +149,35 @@ class Plan(BaseModel):
     reasoning: str | None = None
 
 
-class ValidatedPlan:
-    """A plan that passed :func:`validate_plan`, with its DAG ready for scheduling."""
+class ParsedText:
+    """The references of one parameter string, parsed once: the whole-value reference it
+    is (if it is exactly one), else each reference it holds by its text."""
 
-    def __init__(self, plan: Plan, graph: nx.DiGraph) -> None:
+    __slots__ = ("by_text", "whole")
+
+    def __init__(self, text: str) -> None:
+        self.whole = whole_reference(text)
+        self.by_text = {} if self.whole is not None else {
+            r.text: r for r in parse_references(text)}
+
+
+class ValidatedPlan:
+    """A plan that passed :func:`validate_plan`, with its DAG ready for scheduling.
+
+    ``parsed`` holds the parameter strings that carry references, parsed when the plan was
+    validated, so binding a step does not parse them again (an unknown string is parsed
+    where it is bound: a layer's new parameters).
+    """
+
+    def __init__(self, plan: Plan, graph: nx.DiGraph, *, order: list[str] | None = None,
+                 parsed: dict[str, ParsedText] | None = None) -> None:
         self.plan = plan
         self.graph = graph
         self.steps: dict[str, Step] = {s.id: s for s in plan.steps}
-        self.order: list[str] = list(nx.topological_sort(graph))
+        self.order: list[str] = order if order is not None else list(nx.topological_sort(graph))
         self.position: dict[str, int] = {sid: i for i, sid in enumerate(self.order)}
         """Each step's index in ``order``: sorts any set of steps into plan order."""
+        self.parsed: dict[str, ParsedText] = parsed if parsed is not None else {}
 
     def dependencies(self, step_id: str) -> list[str]:
         """Direct upstream steps."""
@@ -197,6 +217,28 @@ def _malformed_reference(path: str, fragment: str) -> str:
     return f"param {path}: malformed reference {shown!r} (expected {{{{step_id.field}}}})"
 
 
+def _reference_texts(value: Any, path: str, out: list[tuple[str, str]]) -> None:
+    """Append ``(json_path, text)`` for every string in ``value`` that may hold a reference
+    (it contains ``{{``), as :func:`iter_strings` walks them; JSON paths are built only
+    for those."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if type(item) is str:
+                if "{{" in item:
+                    out.append((f"{path}.{key}", item))
+            elif isinstance(item, dict | list | str):
+                _reference_texts(item, f"{path}.{key}", out)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            if type(item) is str:
+                if "{{" in item:
+                    out.append((f"{path}[{index}]", item))
+            elif isinstance(item, dict | list | str):
+                _reference_texts(item, f"{path}[{index}]", out)
+    elif isinstance(value, str) and "{{" in value:
+        out.append((path, value))
+
+
 def validate_plan(
     plan: Plan, catalog: Catalog, *, max_steps: int = 1000, max_depth: int = DEFAULT_MAX_DEPTH,
 ) -> ValidatedPlan:
@@ -208,40 +250,55 @@ def validate_plan(
     existing steps, and no cycle (the error names the cycle).
     """
     issues: list[PlanIssue] = []
-    if not plan.steps:
+    steps = plan.steps
+    if not steps:
         raise PlanValidationError([PlanIssue(None, "the plan has no steps")])
-    if len(plan.steps) > max_steps:
+    if len(steps) > max_steps:
         raise PlanValidationError(
-            [PlanIssue(None, f"the plan has {len(plan.steps)} steps; the limit is {max_steps}")]
+            [PlanIssue(None, f"the plan has {len(steps)} steps; the limit is {max_steps}")]
         )
     ids: set[str] = set()
-    for step in plan.steps:
+    for step in steps:
         if step.id in ids:
             issues.append(PlanIssue(step.id, "duplicate step id"))
         ids.add(step.id)
-    graph: nx.DiGraph = nx.DiGraph()
-    for step in plan.steps:
-        graph.add_node(step.id)
-        try:
-            catalog.get(step.tool, step.capability)
-        except CatalogError as exc:
-            issues.append(PlanIssue(step.id, str(exc)))
-        problem = unencodable(step.params, max_depth)
-        if problem is not None:
-            issues.append(PlanIssue(step.id, f"param {problem[0]}: {problem[1]}"))
-            continue  # nothing else can be read safely from these parameters
-        for path, text in iter_strings(step.params):
+    # every step's parameters as one JSON document: one encoder pass for the whole plan;
+    # only when it refuses is each step checked, to name the step and the value
+    all_encodable = unencodable([s.params for s in steps], max_depth + 1) is None
+    nodes: list[str] = []
+    edges: list[tuple[str, str]] = []
+    parsed: dict[str, ParsedText] = {}
+    has = catalog.has
+    for step in steps:
+        nodes.append(step.id)
+        if not has(step.tool, step.capability):
+            try:
+                catalog.get(step.tool, step.capability)
+            except CatalogError as exc:
+                issues.append(PlanIssue(step.id, str(exc)))
+        if not all_encodable:
+            problem = unencodable(step.params, max_depth)
+            if problem is not None:
+                issues.append(PlanIssue(step.id, f"param {problem[0]}: {problem[1]}"))
+                continue  # nothing else can be read safely from these parameters
+        texts: list[tuple[str, str]] = []
+        _reference_texts(step.params, "$", texts)
+        for path, text in texts:
             for bad in _unknown_braces(text):
                 issues.append(PlanIssue(step.id, _malformed_reference(path, bad)))
-        for path, ref in step.references():
-            if ref.step_id == step.id:
-                issues.append(PlanIssue(step.id, f"param {path} refers to its own step"))
-            elif ref.step_id not in ids:
-                issues.append(
-                    PlanIssue(step.id, f"param {path} refers to unknown step {ref.step_id!r}")
-                )
-            else:
-                graph.add_edge(ref.step_id, step.id)
+            found = parsed.get(text)
+            if found is None:
+                found = parsed[text] = ParsedText(text)
+            refs = [found.whole] if found.whole is not None else parse_references(text)
+            for ref in refs:
+                if ref.step_id == step.id:
+                    issues.append(PlanIssue(step.id, f"param {path} refers to its own step"))
+                elif ref.step_id not in ids:
+                    issues.append(
+                        PlanIssue(step.id, f"param {path} refers to unknown step {ref.step_id!r}")
+                    )
+                else:
+                    edges.append((ref.step_id, step.id))
         if step.retry:
             try:
                 check_overrides(step.retry, source="retry")
@@ -253,14 +310,20 @@ def validate_plan(
             elif dep not in ids:
                 issues.append(PlanIssue(step.id, f"depends_on names unknown step {dep!r}"))
             else:
-                graph.add_edge(dep, step.id)
-    # is_directed_acyclic_graph is far cheaper than find_cycle on the (usual) acyclic
-    # plan; find_cycle runs only to name a cycle known to exist
-    if not issues and not nx.is_directed_acyclic_graph(graph):
-        cycle = nx.find_cycle(graph)
-        if cycle:
+                edges.append((dep, step.id))
+    graph: nx.DiGraph = nx.DiGraph()
+    graph.add_nodes_from(nodes)
+    graph.add_edges_from(edges)
+    order: list[str] | None = None
+    if not issues:
+        # one topological sort both proves the plan acyclic and gives the order;
+        # find_cycle runs only to name a cycle known to exist
+        try:
+            order = list(nx.topological_sort(graph))
+        except nx.NetworkXUnfeasible:
+            cycle = nx.find_cycle(graph)
             names = [edge[0] for edge in cycle] + [cycle[0][0]]
             issues.append(PlanIssue(None, "the plan has a cycle: " + " -> ".join(names)))
     if issues:
         raise PlanValidationError(issues)
-    return ValidatedPlan(plan, graph)
+    return ValidatedPlan(plan, graph, order=order, parsed=parsed)

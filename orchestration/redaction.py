@@ -184,6 +184,12 @@ class Redactor:
             self._catalog_revision = revision
         return self._literals
 
+    def known_secrets(self) -> tuple[str, ...]:
+        """The known secret values now (read again when the catalog changed): the same
+        object as long as they have not changed, so a cache of redacted text can tell
+        when it is stale."""
+        return self._refresh_literals()
+
     def redact(self, text: str) -> str:
         """``text`` with every secret replaced by ``[REDACTED]``."""
         if not text:

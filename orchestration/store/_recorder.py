@@ -102,6 +102,7 @@ class RunRecorder:
         self._pending: list[Write] = []
         self._flush_lock = asyncio.Lock()
         self._flusher: asyncio.Task[None] | None = None
+        self._flush_soon = False  # an immediate flush (a full buffer) is scheduled
         self._renewer: asyncio.Task[None] | None = None
         self._steps_with_attempts: set[str] = set()
 
@@ -174,20 +175,26 @@ class RunRecorder:
     def _buffer(self, write: Write) -> None:
         if self.store is None:
             return
-        self._pending.append(write)
-        if len(self._pending) >= FLUSH_MAX:
-            self._schedule(0.0)
+        pending = self._pending
+        pending.append(write)
+        if len(pending) >= FLUSH_MAX:
+            if not self._flush_soon:  # one immediate flush at a time, not one per write
+                self._schedule(0.0)
         elif self._flusher is None:
             self._schedule(FLUSH_DELAY_S)
 
     def _schedule(self, delay: float) -> None:
         if self._flusher is not None and not self._flusher.done() and delay > 0:
             return
+        if delay == 0:
+            self._flush_soon = True
         self._flusher = asyncio.get_running_loop().create_task(self._flush_later(delay))
 
     async def _flush_later(self, delay: float) -> None:
         if delay:
             await asyncio.sleep(delay)
+        else:
+            self._flush_soon = False
         self._flusher = None
         try:
             await self.flush()

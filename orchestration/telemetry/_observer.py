@@ -32,13 +32,14 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from orchestration._text import clip
 from orchestration._version import __version__
 from orchestration.errors import LLMError
-from orchestration.logging_setup import get_logger, log_context
+from orchestration.logging_setup import enter_log_context, exit_log_context, get_logger, log_context
 from orchestration.telemetry import _tracing as attr
 
 if TYPE_CHECKING:
@@ -132,6 +133,17 @@ class Observer:
         self.redactor = redactor
         self.provider = provider
         self.model = model
+        self._profiles: dict[str, CapabilityProfile] = {}
+        self._shown_ids: dict[str, str] = {}
+        self._shown_for: object = None
+
+    @property
+    def step_tracer(self) -> Tracer:
+        """The provider's own tracer, for the step path: a step observation redacts what it
+        records itself (static attributes once per capability), so the wrapper's
+        per-attribute redaction and log scope per span are not paid on every step."""
+        tracer = self.telemetry.tracer
+        return tracer.inner if isinstance(tracer, attr.DagwrightTracer) else tracer
 
     def shown(self, text: str | None, limit: int) -> str | None:
         """``text`` as a sink may show it: redacted, then clipped to ``limit``."""
@@ -177,25 +189,38 @@ class Observer:
             yield PlanningObservation(self, span, purpose)
 
     # --- steps ------------------------------------------------------------------------
-    @contextmanager
-    def step(self, run_id: str, step: Step, capability: Capability) -> Iterator[StepObservation]:
-        """A step's span (``execute_tool``), current while the step runs."""
-        with self.telemetry.tracer.start_as_current_span(
-            f"{attr.OP_EXECUTE_TOOL} {capability.key}", kind=SpanKind.INTERNAL,
-            attributes={
-                attr.GEN_AI_OPERATION: attr.OP_EXECUTE_TOOL,
-                attr.GEN_AI_TOOL_NAME: capability.key,
-                attr.GEN_AI_TOOL_DESCRIPTION: _first_line(capability.description),
-                attr.GEN_AI_TOOL_CALL_ID: f"{run_id}:{step.id}",
-                attr.RUN_ID: run_id,
-                attr.STEP_ID: step.id,
-                attr.CAPABILITY: capability.key,
-                attr.TOOL: capability.tool,
-                attr.GEN_AI_TOOL_TYPE: "function" if capability.function is not None
-                else "extension",
-            },
-        ) as span:
-            yield StepObservation(self, span, run_id, step, capability)
+    def step(self, run_id: str, step: Step, capability: Capability) -> StepObservation:
+        """A step's span (``execute_tool``), current while the step runs (``with``)."""
+        return StepObservation(self, run_id, step, capability)
+
+    def profile(self, capability: Capability) -> CapabilityProfile:
+        """What every step of ``capability`` records the same way, worked out once: span
+        names and static attributes (redacted), metric children, metric attributes.
+
+        Made again when the capability object or the redactor's known secrets change (a
+        catalog refresh), so a secret added later is still masked.
+        """
+        secrets = self.redactor.known_secrets()
+        found = self._profiles.get(capability.key)
+        if found is None or found.capability is not capability or found.secrets is not secrets:
+            found = CapabilityProfile(self, capability, secrets)
+            self._profiles[capability.key] = found
+        return found
+
+    def shown_id(self, identifier: str) -> str:
+        """A run or step id as a span may show it: redacted (a caller chooses run ids, a
+        planner step ids), once per id and known secrets rather than once per span —
+        the same plan's step ids come back run after run."""
+        secrets = self.redactor.known_secrets()
+        if secrets is not self._shown_for:
+            self._shown_ids.clear()
+            self._shown_for = secrets
+        shown = self._shown_ids.get(identifier)
+        if shown is None:
+            if len(self._shown_ids) >= 8192:
+                self._shown_ids.clear()
+            shown = self._shown_ids[identifier] = self.redactor.redact(identifier)
+        return shown
 
     def step_skipped(self, step: Step) -> None:
         """A step that never ran (upstream failure, deadline, budget)."""
@@ -318,126 +343,340 @@ class PlanningObservation:
         self.span.set_attribute(attr.ERROR_TYPE, error_type)
 
 
+class CapabilityProfile:
+    """What the steps of one capability record identically, prepared once (see
+    :meth:`Observer.profile`): nothing here depends on a run, a step or a value."""
+
+    __slots__ = (
+        "_metrics",
+        "_observer",
+        "call_attributes",
+        "call_kind",
+        "call_name",
+        "calls_by_outcome",
+        "capability",
+        "errors_by_category",
+        "in_process",
+        "labels",
+        "remote",
+        "secrets",
+        "span_attributes",
+        "span_name",
+        "step_duration",
+        "steps_by_status",
+        "tool_call_duration",
+    )
+
+    def __init__(self, observer: Observer, capability: Capability, secrets: object) -> None:
+        red = observer.redactor
+        self.capability = capability
+        self.secrets = secrets
+        self._observer = observer
+        self._metrics = metrics = observer.metrics
+        key = capability.key
+        self.span_name = red.redact(f"{attr.OP_EXECUTE_TOOL} {key}")
+        self.span_attributes = attr.redact_attributes(attr.clean_attributes({
+            attr.GEN_AI_OPERATION: attr.OP_EXECUTE_TOOL,
+            attr.GEN_AI_TOOL_NAME: key,
+            attr.GEN_AI_TOOL_DESCRIPTION: _first_line(capability.description),
+            attr.CAPABILITY: key,
+            attr.TOOL: capability.tool,
+            attr.GEN_AI_TOOL_TYPE: "function" if capability.function is not None
+            else "extension",
+        }), red) or {}
+        call_attributes: dict[str, Any] = {attr.GEN_AI_TOOL_NAME: key, attr.CAPABILITY: key}
+        self.remote = capability.function is None
+        self.in_process = capability.function is not None and capability.invoker is None
+        if capability.url is not None:
+            endpoint = attr.endpoint_attributes(capability)
+            name, kind = f"{capability.method} {endpoint[attr.URL_TEMPLATE]}", SpanKind.CLIENT
+            call_attributes.update(endpoint)
+        elif capability.invoker is not None:  # an MCP server or an OpenAPI operation: remote
+            name, kind = f"tool_call {key}", SpanKind.CLIENT
+        else:  # a Python tool runs in this process
+            name, kind = f"tool_call {key}", SpanKind.INTERNAL
+        self.call_name, self.call_kind = red.redact(name), kind
+        self.call_attributes = attr.redact_attributes(call_attributes, red) or {}
+        # label values are the catalog's names, as every Prometheus update had them
+        self.labels = {attr.TOOL: capability.tool, attr.CAPABILITY: key}
+        self.tool_call_duration = metrics.child(metrics.tool_call_duration, capability.tool,
+                                                capability.name)
+        self.step_duration = metrics.child(metrics.step_duration, capability.tool,
+                                           capability.name)
+        self.calls_by_outcome: dict[str, tuple[Any, dict[str, Any]]] = {}
+        self.steps_by_status: dict[str, tuple[Any, dict[str, Any]]] = {}
+        self.errors_by_category: dict[str, Any] = {}
+
+    def call_counted(self, outcome: str) -> tuple[Any, dict[str, Any]]:
+        """The Prometheus child and OTel attributes of a tool call with ``outcome``."""
+        found = self.calls_by_outcome.get(outcome)
+        if found is None:
+            cap, metrics = self.capability, self._metrics
+            found = self.calls_by_outcome[outcome] = (
+                metrics.child(metrics.tool_calls, cap.tool, cap.name, outcome),
+                {**self.labels, attr.OUTCOME: outcome})
+        return found
+
+    def step_counted(self, status: str) -> tuple[Any, dict[str, Any]]:
+        """The Prometheus child and OTel attributes of a step that ended ``status``."""
+        found = self.steps_by_status.get(status)
+        if found is None:
+            cap, metrics = self.capability, self._metrics
+            found = self.steps_by_status[status] = (
+                metrics.child(metrics.steps, cap.tool, cap.name, status),
+                {**self.labels, attr.STEP_STATUS: status})
+        return found
+
+    def error_counted(self, category: str) -> Any:
+        found = self.errors_by_category.get(category)
+        if found is None:
+            cap, metrics = self.capability, self._metrics
+            found = self.errors_by_category[category] = metrics.child(
+                metrics.tool_errors, cap.tool, cap.name, category)
+        return found
+
+
 class StepObservation:
-    """One step while it runs: its span, its attempts' calls, its layers' facts."""
+    """One step while it runs: its span, its attempts' calls, its layers' facts.
+
+    Used as ``with observer.step(...) as observation``: the step's span (``execute_tool``)
+    and its logging scope (the run and step ids on every record) last as long as the
+    block. The span is started on the provider's tracer and is made current only when it
+    records: a span the sampler dropped (or a no-op provider's) carries the same sampling
+    decision as the run's span already in the context, so children decide alike.
+
+    One span per step on the happy path: the first call of an in-process tool is recorded
+    on the step's span; when the step makes another call, that first call gets its own
+    ``tool_call`` span after the fact (with its real start and end), so a step that needed
+    several attempts shows one span per call as before. An HTTP or remote tool's call is
+    always an HTTP client span of its own (the trace context the tool receives names it).
+    """
+
+    __slots__ = ("_call_context", "_deferred", "_log_token", "_metrics", "_observer",
+                 "_otel_token", "_profile", "_sent", "capability", "recording", "run_id",
+                 "span", "step")
 
     def __init__(
-        self, observer: Observer, span: Span, run_id: str, step: Step, capability: Capability
+        self, observer: Observer, run_id: str, step: Step, capability: Capability
     ) -> None:
         self._observer = observer
-        self._metrics = observer.metrics
-        self.span = span
         self.run_id = run_id
         self.step = step
         self.capability = capability
         self._sent = 0  # calls sent so far: a later one is a re-send (http.request.resend_count)
-        self._labels = {attr.TOOL: capability.tool, attr.CAPABILITY: capability.key}
+        self._deferred: _DeferredCall | None = None
+        self._otel_token: object = None
+        self._call_context: Any = None
+        self.span: Span = trace.INVALID_SPAN
+        self.recording = False
+
+    def __enter__(self) -> StepObservation:
+        observer = self._observer
+        self._profile = profile = observer.profile(self.capability)
+        self._metrics = observer.metrics
+        span = observer.step_tracer.start_span(profile.span_name, kind=SpanKind.INTERNAL)
+        self.span = span
+        if span.is_recording():
+            self.recording = True
+            run_shown = observer.shown_id(self.run_id)
+            step_shown = observer.shown_id(self.step.id)
+            # ids hold only letters, digits, '_', '-', '.', ':': the call id is the two
+            # redacted ids joined, not a new text a secret could hide in
+            span.set_attributes({
+                **profile.span_attributes, attr.GEN_AI_TOOL_CALL_ID: f"{run_shown}:{step_shown}",
+                attr.RUN_ID: run_shown, attr.STEP_ID: step_shown})
+            self._call_context = trace.set_span_in_context(span)
+            self._otel_token = otel_context.attach(self._call_context)
+        self._log_token = enter_log_context(self.run_id, self.step.id)
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        exit_log_context(self._log_token)
+        if self._otel_token is not None:
+            otel_context.detach(self._otel_token)  # type: ignore[arg-type]
+        span = self.span
+        if self.recording:
+            if isinstance(exc, Exception):  # a bug in the step path: on the span, redacted
+                safe = attr.RedactingSpan(span)
+                safe.record_exception(exc)
+                safe.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            span.end()
 
     def report(self, name: str, attributes: Mapping[str, Any]) -> None:
-        """A layer's decision or verdict, by name (see :data:`LAYER_EVENT_METRICS`)."""
+        """A layer's decision or verdict, by name (see :data:`LAYER_EVENT_METRICS`): a
+        span event on the step's span, and the metrics the fact counts."""
         update = LAYER_EVENT_METRICS.get(name)
         if update is not None:
             update(self._metrics, self.capability, attributes)
         self._observer.instruments.layer_events.add(1, {
-            **self._labels, attr.LAYER: _layer_of(name), attr.LAYER_EVENT: name})
-        if name not in _METRIC_ONLY:
-            attr.add_event(trace.get_current_span(), name, {
+            **self._profile.labels, attr.LAYER: _layer_of(name), attr.LAYER_EVENT: name})
+        if name not in _METRIC_ONLY:  # the event's log line is written either way
+            attr.add_event(self.span, name, {
                 attr.STEP_ID: self.step.id, attr.CAPABILITY: self.capability.key, **attributes})
 
     def rejected(self, error: StepError) -> None:
         """Pre-flight validation stopped an attempt (nothing was sent)."""
-        cap = self.capability
-        self._metrics.child(self._metrics.tool_errors, cap.tool, cap.name,
-                            error.category.value).inc()
+        self._profile.error_counted(error.category.value).inc()
 
-    @contextmanager
-    def call(self, number: int, layer: str, headers: dict[str, str]) -> Iterator[CallObservation]:
-        """One call of the step's tool; trace context goes into ``headers``.
+    def call(self, number: int, layer: str, headers: dict[str, str]) -> CallObservation:
+        """One call of the step's tool (``with``); trace context goes into ``headers``.
 
         An HTTP tool's call is an HTTP client span as the HTTP conventions have it
         (``{method} {url.template}``, kind CLIENT, ``url.full``, ``server.*``,
-        ``http.response.status_code``, ``http.request.resend_count``); a Python tool's
-        runs in this process: an INTERNAL span ``tool_call {tool.capability}``.
+        ``http.response.status_code``, ``http.request.resend_count``); a remote tool's
+        (MCP, OpenAPI) a CLIENT span ``tool_call {tool.capability}``; a Python tool's runs
+        in this process: its first call is recorded on the step's span, later ones (and
+        then the first, after the fact) as INTERNAL spans ``tool_call {tool.capability}``.
         """
-        cap = self.capability
-        attributes: dict[str, Any] = {
-            attr.GEN_AI_TOOL_NAME: cap.key, attr.RUN_ID: self.run_id,
-            attr.STEP_ID: self.step.id, attr.CAPABILITY: cap.key, attr.LAYER: layer,
-            attr.ATTEMPT: number}
-        if cap.url is not None:
-            endpoint = attr.endpoint_attributes(cap)
-            name, kind = f"{cap.method} {endpoint[attr.URL_TEMPLATE]}", SpanKind.CLIENT
-            attributes.update(endpoint)
-            if self._sent:
-                attributes[attr.HTTP_REQUEST_RESEND_COUNT] = self._sent
-        elif cap.invoker is not None:  # an MCP server or an OpenAPI operation: remote
-            name, kind = f"tool_call {cap.key}", SpanKind.CLIENT
-        else:  # a Python tool runs in this process
-            name, kind = f"tool_call {cap.key}", SpanKind.INTERNAL
+        resends = self._sent
         self._sent += 1
-        with self._observer.telemetry.tracer.start_as_current_span(
-            name, kind=kind, attributes=attributes,
-        ) as span:
-            if cap.function is None:
-                propagate.inject(headers)
-            observation = CallObservation(span, self._observer, http=cap.url is not None)
-            yield observation
-            self._called(observation.result)
+        return CallObservation(self, number, layer, headers, resends)
+
+    def _call_span(self, number: int, layer: str, resends: int,
+                   start_time: int | None = None) -> Span:
+        profile = self._profile
+        attributes = {**profile.call_attributes, attr.RUN_ID: self._observer.shown_id(self.run_id),
+                      attr.STEP_ID: self._observer.shown_id(self.step.id),
+                      attr.LAYER: layer, attr.ATTEMPT: number}
+        if resends and self.capability.url is not None:
+            attributes[attr.HTTP_REQUEST_RESEND_COUNT] = resends
+        span = self._observer.step_tracer.start_span(
+            profile.call_name, context=self._call_context, kind=profile.call_kind,
+            start_time=start_time)
+        if span.is_recording():
+            span.set_attributes(attributes)
+        return span
+
+    def _flush_deferred(self) -> None:
+        """Give the step's first in-process call the span it did without, now that the
+        step makes another call."""
+        deferred, self._deferred = self._deferred, None
+        if deferred is None:
+            return
+        span = self._call_span(deferred.number, deferred.layer, 0, start_time=deferred.started)
+        if deferred.result is not None:
+            _answer(span, deferred.result, self._observer, http=False)
+        span.end(end_time=deferred.ended)
 
     def _called(self, result: CallResult | None) -> None:
         if result is None:
             return
-        cap, metrics = self.capability, self._metrics
+        profile = self._profile
         outcome = "succeeded" if result.error is None else "failed"
-        metrics.child(metrics.tool_call_duration, cap.tool, cap.name).observe(result.latency_s)
-        metrics.child(metrics.tool_calls, cap.tool, cap.name, outcome).inc()
+        profile.tool_call_duration.observe(result.latency_s)
+        counter, otel_attrs = profile.call_counted(outcome)
+        counter.inc()
         instruments = self._observer.instruments
-        instruments.tool_calls.add(1, {**self._labels, attr.OUTCOME: outcome})
-        instruments.tool_call_duration.record(result.latency_s, self._labels)
+        instruments.tool_calls.add(1, otel_attrs)
+        instruments.tool_call_duration.record(result.latency_s, profile.labels)
         if result.error is not None:
-            metrics.child(metrics.tool_errors, cap.tool, cap.name,
-                          result.error.category.value).inc()
+            profile.error_counted(result.error.category.value).inc()
 
     def finished(self, result: StepResult) -> None:
         """The step ended: span status and the step metrics."""
-        span, error = self.span, result.error
-        if error is not None:
-            span.set_status(Status(StatusCode.ERROR, error.describe()))
-            span.set_attribute(attr.ERROR_TYPE, error.category.value)
-        span.set_attribute(attr.ATTEMPT, len(result.attempts))
-        span.set_attribute(attr.STEP_STATUS, result.status)
-        if result.attempts:
-            span.set_attribute(attr.LAYER, result.attempts[-1].layer)
-        cap, metrics = self.capability, self._metrics
-        metrics.child(metrics.steps, self.step.tool, self.step.capability, result.status).inc()
-        metrics.child(metrics.step_duration, cap.tool, cap.name).observe(result.duration_s)
-        self._observer.instruments.steps.add(1, {**self._labels, attr.STEP_STATUS: result.status})
+        if self.recording:
+            span, error = self.span, result.error
+            outcome: dict[str, Any] = {attr.ATTEMPT: len(result.attempts),
+                                       attr.STEP_STATUS: result.status}
+            if result.attempts:
+                outcome[attr.LAYER] = result.attempts[-1].layer
+            if error is not None:
+                span.set_status(Status(StatusCode.ERROR,
+                                       self._observer.redactor.redact(error.describe())))
+                outcome[attr.ERROR_TYPE] = error.category.value
+            span.set_attributes(outcome)  # one update of the span, not one per attribute
+        profile = self._profile
+        counter, otel_attrs = profile.step_counted(result.status)
+        counter.inc()
+        profile.step_duration.observe(result.duration_s)
+        self._observer.instruments.steps.add(1, otel_attrs)
+
+
+class _DeferredCall:
+    """The first in-process call of a step, recorded on the step's span: enough to give
+    it a span of its own after the fact if the step makes another call."""
+
+    __slots__ = ("ended", "layer", "number", "result", "started")
+
+    def __init__(self, number: int, layer: str, started: int) -> None:
+        self.number = number
+        self.layer = layer
+        self.started = started
+        self.ended: int | None = None
+        self.result: CallResult | None = None
+
+
+def _answer(span: Span, result: CallResult, observer: Observer, *, http: bool) -> None:
+    """What came back, on a call's span: the status code of an HTTP answer (success
+    included) and, for a failure, ``error.type`` — the status code of a 4xx/5xx answer as
+    the HTTP conventions ask, else the error category (no answer, or an error envelope)."""
+    if not span.is_recording():
+        return
+    error = result.error
+    status = result.http_status if error is None else error.http_status
+    if http and status is not None:
+        span.set_attribute(attr.HTTP_RESPONSE_STATUS_CODE, status)
+    if error is not None:
+        span.set_status(Status(StatusCode.ERROR, observer.shown(error.message, 200)))
+        http_error = http and status is not None and status >= 400
+        span.set_attribute(attr.ERROR_TYPE, str(status) if http_error else error.category.value)
 
 
 class CallObservation:
-    """A tool call's span; :meth:`answered` records what came back."""
+    """A tool call while it runs (``with``); :meth:`answered` records what came back."""
 
-    def __init__(self, span: Span, observer: Observer, *, http: bool) -> None:
-        self.span = span
-        self._observer = observer
-        self.http = http
+    __slots__ = ("_deferred", "_otel_token", "_resends", "_step", "headers", "http", "layer",
+                 "number", "result", "span")
+
+    def __init__(self, step: StepObservation, number: int, layer: str,
+                 headers: dict[str, str], resends: int) -> None:
+        self._step = step
+        self.number = number
+        self.layer = layer
+        self.headers = headers
+        self._resends = resends
+        self.http = step.capability.url is not None
         self.result: CallResult | None = None
+        self.span: Span = trace.INVALID_SPAN
+        self._otel_token: object = None
+        self._deferred: _DeferredCall | None = None
+
+    def __enter__(self) -> CallObservation:
+        step = self._step
+        profile = step._profile
+        if step.recording and profile.in_process and self._resends == 0:
+            # the step's only call so far: on the step's span (a span of its own later,
+            # if another call follows)
+            self._deferred = step._deferred = _DeferredCall(self.number, self.layer,
+                                                            time.time_ns())
+        elif step.recording:
+            step._flush_deferred()
+            self.span = step._call_span(self.number, self.layer, self._resends)
+            self._otel_token = otel_context.attach(trace.set_span_in_context(self.span))
+        if profile.remote:
+            propagate.inject(self.headers)
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        deferred = self._deferred
+        if deferred is not None:
+            deferred.ended = time.time_ns()
+            deferred.result = self.result
+        if self._otel_token is not None:
+            otel_context.detach(self._otel_token)  # type: ignore[arg-type]
+            span = self.span
+            if isinstance(exc, Exception):
+                safe = attr.RedactingSpan(span)
+                safe.record_exception(exc)
+                safe.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            span.end()
+        self._step._called(self.result)
 
     def answered(self, result: CallResult) -> None:
-        """The call came back: the status code of an HTTP answer (success included) and,
-        for a failure, ``error.type`` — the status code of a 4xx/5xx answer as the HTTP
-        conventions ask, else the error category (no answer, or an error envelope)."""
+        """The call came back (see :func:`_answer` for what its span records)."""
         self.result = result
-        error = result.error
-        status = result.http_status if error is None else error.http_status
-        if self.http and status is not None:
-            self.span.set_attribute(attr.HTTP_RESPONSE_STATUS_CODE, status)
-        if error is not None:
-            self.span.set_status(Status(StatusCode.ERROR,
-                                        self._observer.shown(error.message, 200)))
-            http_error = self.http and status is not None and status >= 400
-            self.span.set_attribute(attr.ERROR_TYPE, str(status) if http_error
-                                    else error.category.value)
+        if self._otel_token is not None:
+            _answer(self.span, result, self._step._observer, http=self.http)
 
 
 class LLMCallObservation:
@@ -538,9 +777,8 @@ class NullObserver(Observer):
     ) -> Iterator[PlanningObservation]:
         yield _NullPlanning(purpose)
 
-    @contextmanager
-    def step(self, run_id: str, step: Step, capability: Capability) -> Iterator[StepObservation]:
-        yield NullStepObservation(run_id, step, capability)
+    def step(self, run_id: str, step: Step, capability: Capability) -> StepObservation:
+        return NullStepObservation(run_id, step, capability)
 
     def step_skipped(self, step: Step) -> None:
         pass
@@ -592,9 +830,16 @@ class _NullPlanning(PlanningObservation):
 class NullStepObservation(StepObservation):
     def __init__(self, run_id: str, step: Step, capability: Capability) -> None:
         self.span = trace.INVALID_SPAN
+        self.recording = False
         self.run_id = run_id
         self.step = step
         self.capability = capability
+
+    def __enter__(self) -> StepObservation:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        pass
 
     def report(self, name: str, attributes: Mapping[str, Any]) -> None:
         pass
@@ -602,9 +847,8 @@ class NullStepObservation(StepObservation):
     def rejected(self, error: StepError) -> None:
         pass
 
-    @contextmanager
-    def call(self, number: int, layer: str, headers: dict[str, str]) -> Iterator[CallObservation]:
-        yield NullCallObservation()
+    def call(self, number: int, layer: str, headers: dict[str, str]) -> CallObservation:
+        return NullCallObservation()
 
     def finished(self, result: StepResult) -> None:
         pass
@@ -615,6 +859,12 @@ class NullCallObservation(CallObservation):
         self.span = trace.INVALID_SPAN
         self.http = False
         self.result = None
+
+    def __enter__(self) -> CallObservation:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        pass
 
     def answered(self, result: CallResult) -> None:
         pass

@@ -241,6 +241,11 @@ class DagwrightTracer(Tracer):
     def __init__(self, tracer: Tracer) -> None:
         self._tracer = tracer
 
+    @property
+    def inner(self) -> Tracer:
+        """The provider's tracer this one wraps (for callers that redact themselves)."""
+        return self._tracer
+
     def start_span(
         self,
         name: str,

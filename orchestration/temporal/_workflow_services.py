@@ -32,9 +32,9 @@ never a second send.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Callable, Iterator
-from contextvars import ContextVar
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -121,25 +121,41 @@ class WorkflowClock(Clock):
         if seconds > 0:
             await workflow.sleep(seconds)
 
+    def deadline(self, when: float) -> AbstractAsyncContextManager[object]:
+        # a workflow's timers are commands in its history: each scope keeps its own
+        # durable timer, as the run workflow always had
+        return asyncio.timeout_at(when)
+
 
 class WorkflowObserver(NullObserver):
     """Records nothing, but labels each tool call with its step and attempt, which the
     activity carries to the worker (for its spans and Temporal's activity summary)."""
 
-    @contextlib.contextmanager
-    def step(self, run_id: str, step: Step, capability: Capability) -> Iterator[StepObservation]:
-        yield _LabellingStep(run_id, step, capability)
+    def step(self, run_id: str, step: Step, capability: Capability) -> StepObservation:
+        return _LabellingStep(run_id, step, capability)
 
 
 class _LabellingStep(NullStepObservation):
-    @contextlib.contextmanager
-    def call(self, number: int, layer: str, headers: dict[str, str]) -> Iterator[CallObservation]:
-        # each step runs in a task of its own, whose context this variable lives in
-        token = _CURRENT_CALL.set(CallLabel(self.run_id, self.step.id, number, layer))
-        try:
-            yield NullCallObservation()
-        finally:
-            _CURRENT_CALL.reset(token)
+    def call(self, number: int, layer: str, headers: dict[str, str]) -> CallObservation:
+        return _LabellingCall(CallLabel(self.run_id, self.step.id, number, layer))
+
+
+class _LabellingCall(NullCallObservation):
+    """Sets the call's label while the call runs: each step runs in a task of its own,
+    whose context the variable lives in."""
+
+    def __init__(self, label: CallLabel) -> None:
+        super().__init__()
+        self._label = label
+        self._token: Token[CallLabel | None] | None = None
+
+    def __enter__(self) -> CallObservation:
+        self._token = _CURRENT_CALL.set(self._label)
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if self._token is not None:
+            _CURRENT_CALL.reset(self._token)
 
 
 class ActivityTransport(ToolTransport):

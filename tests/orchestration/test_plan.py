@@ -167,3 +167,20 @@ def test_a_planner_answer_with_a_huge_index_is_fed_back(catalog: Catalog) -> Non
                           config=OrchestratorConfig(synthesis_enabled=False)).run("q")
     assert result.status == "succeeded", result.error
     assert "index" in llm.requests[1].messages[-1]["content"]
+
+
+def test_parameters_json_cannot_carry_name_their_step_among_many(catalog: Catalog) -> None:
+    """The plan is encoded in one pass; when that refuses, each step is checked on its
+    own, so the issue still names the step and the value (and only that step)."""
+    tool, cap = next((c.tool, c.name) for c in catalog)
+    steps = [{"id": f"s{i}", "tool": tool, "capability": cap, "params": {"v": i}}
+             for i in range(50)]
+    steps[31]["params"] = {"v": float("nan")}
+    steps[7]["params"] = {"deep": [[["x"]]]}
+    with pytest.raises(PlanValidationError) as info:
+        validate_plan(Plan.model_validate({"steps": steps}), catalog, max_depth=3)
+    assert sorted((i.step_id, i.message.split(":")[0]) for i in info.value.issues) == [
+        ("s31", "param $.v"), ("s7", "param $.deep[0][0]")]
+    steps[7]["params"] = {"deep": [["x"]]}  # exactly max_depth levels: fine
+    steps[31]["params"] = {"v": 1}
+    assert len(validate_plan(Plan.model_validate({"steps": steps}), catalog, max_depth=3).order) == 50

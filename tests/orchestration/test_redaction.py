@@ -222,6 +222,33 @@ def test_a_capability_added_after_the_orchestrator_is_built_is_redacted(
     assert_nowhere(sinks, HEADER_SECRET)
 
 
+def test_secrets_in_run_and_step_ids_are_masked_in_spans_run_after_run(
+    sinks: dict[str, Any],
+) -> None:
+    """Run ids (a caller's choice) and step ids (a planner's) are redacted on every span
+    they reach, also when the same ids come back in a later run (they are redacted once
+    per id, and again when the known secrets change)."""
+    catalog = Catalog()
+    echo_tool(catalog)
+    token = "sk-idtoken0123456789"
+    orch = Orchestrator(catalog, ScriptedLLM([]),
+                        OrchestratorConfig(synthesis_enabled=False, llm_api_key="lit-key-4471x"),
+                        tracer_provider=sinks["provider"], registry=sinks["registry"])
+    plan = {"steps": [{"id": token.replace("-", "_").replace("sk_", "sk-", 1),
+                       "tool": "local", "capability": "echo"},
+                      {"id": "plain", "tool": "local", "capability": "echo"}]}
+    for number in range(2):
+        result = orch.run("q", plan=plan, run_id=f"run-{number}-lit-key-4471x")
+        assert result.status == "succeeded"
+    spans = sinks["exporter"].get_finished_spans()
+    steps = [s for s in spans if s.name.startswith("execute_tool")]
+    assert len(steps) == 4
+    assert {s.attributes["dagwright.step.id"] for s in steps} == {"[REDACTED]", "plain"}
+    traces = sink_texts(sinks)["traces"]
+    assert "lit-key-4471x" not in traces and "sk-idtoken0123" not in traces
+    assert traces.count("run-0-[REDACTED]") >= 3  # run span, step spans, their call ids
+
+
 def test_a_capabilitys_repr_shows_no_header_value_or_url_credential() -> None:
     catalog = Catalog()
     cap = catalog.add_http(tool="t", capability="c", url=f"https://u:{URL_PASSWORD}@h/x",

@@ -16,10 +16,17 @@ from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricR
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, StatusCode
 from prometheus_client import CollectorRegistry
 
-from orchestration import Catalog, LLMRequest, Orchestrator, OrchestratorConfig, ScriptedLLM
+from orchestration import (
+    Catalog,
+    LLMRequest,
+    Orchestrator,
+    OrchestratorConfig,
+    ScriptedLLM,
+    ToolFailed,
+)
 from orchestration.clock import ManualClock
 from orchestration.demo.tools import DemoTools, Status
 from orchestration.llm.openai_compat import OpenAICompatibleClient
@@ -153,13 +160,58 @@ def test_chat_spans_of_a_real_http_llm_name_the_server_and_the_response(
     assert root.attributes["gen_ai.provider.name"] == "openai"
     assert root.attributes["gen_ai.request.model"] == "gpt-test"
 
-    # an in-process tool runs here: an INTERNAL span, no HTTP attributes
-    call = next(s for s in finished if s.name == "tool_call calc.answer")
-    assert call.kind is SpanKind.INTERNAL
-    assert not any(k.startswith(("http.", "url.", "server.")) for k in call.attributes)
+    # an in-process tool runs here, and its one call is recorded on the step's span (one
+    # span per step on the happy path): INTERNAL, no HTTP attributes, no call span
+    assert not [s for s in finished if s.name.startswith("tool_call")]
     step = next(s for s in finished if s.name == "execute_tool calc.answer")
+    assert step.kind is SpanKind.INTERNAL
+    assert not any(k.startswith(("http.", "url.", "server.")) for k in step.attributes)
     assert step.attributes["gen_ai.tool.type"] == "function"
     assert step.attributes["gen_ai.tool.description"] == "The answer."
+    assert step.attributes["dagwright.attempt"] == 1
+    assert step.attributes["dagwright.layer"] == "plan"
+
+
+def test_an_in_process_step_called_again_shows_one_span_per_call(
+    registry: CollectorRegistry, spans: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    """A step's first call has no span of its own only while it is the step's only call:
+    once the step calls again, the first call gets its span after the fact (its real
+    start and end, its failure), so a retried step shows every call in order."""
+    provider, exporter = spans
+    calls: list[int] = []
+
+    def flaky(n: int) -> dict[str, int]:
+        calls.append(n)
+        if len(calls) == 1:
+            raise ToolFailed("BUSY", "try again", "SERVICE_ERROR", retryable=True)
+        return {"n": n}
+
+    catalog = Catalog()
+    catalog.add_function(flaky, tool="svc", capability="flaky",
+                         input_schema={"type": "object", "properties": {"n": {"type": "integer"}}})
+    plan = {"steps": [{"id": "f", "tool": "svc", "capability": "flaky", "params": {"n": 3}}]}
+    orch = Orchestrator(catalog, ScriptedLLM([]), OrchestratorConfig(synthesis_enabled=False),
+                        registry=registry, tracer_provider=provider, clock=ManualClock())
+    result = orch.run("q", plan=plan)
+    assert result.status == "succeeded" and len(result.steps["f"].attempts) == 2
+    finished = exporter.get_finished_spans()
+    step = next(s for s in finished if s.name == "execute_tool svc.flaky")
+    tool_calls = sorted((s for s in finished if s.name == "tool_call svc.flaky"),
+                        key=lambda s: s.start_time or 0)
+    assert [c.attributes["dagwright.attempt"] for c in tool_calls] == [1, 2]
+    assert [c.attributes["dagwright.layer"] for c in tool_calls] == ["plan", "resilience"]
+    for call in tool_calls:
+        assert call.kind is SpanKind.INTERNAL
+        assert call.parent is not None and call.parent.span_id == step.context.span_id
+        assert call.attributes["dagwright.step.id"] == "f"
+        assert step.start_time <= call.start_time <= call.end_time <= step.end_time
+    first, second = tool_calls
+    assert first.end_time <= second.start_time
+    assert first.status.status_code is StatusCode.ERROR
+    assert first.attributes["error.type"] == "SERVICE_ERROR"
+    assert second.status.status_code is StatusCode.UNSET
+    assert step.attributes["dagwright.attempt"] == 2
 
 
 def test_url_full_never_carries_credentials_of_the_catalog_url(
