@@ -21,6 +21,7 @@ from benchmarks import (
     scale_out,
     scheduler,
     store,
+    streaming_plan,
     throughput,
 )
 from executors import coerce
@@ -203,3 +204,18 @@ def test_scale_out_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         assert measured or f"| {label} | — |" in body, body
         if measured:
             assert re.search(rf"{label}: [\d.]+ runs/s", out)
+
+
+def test_streaming_plan_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Both providers, the plan streamed and whole, on the loopback SSE servers."""
+    report = tmp_path / "bench.md"
+    assert streaming_plan.main(["--quick", "--report", str(report)]) == 0
+    out = capsys.readouterr().out
+    for provider in ("openai", "anthropic"):
+        assert re.search(rf"{provider}\s+whole:\s+first tool call\s+[\d.]+ s", out)
+        assert re.search(rf"{provider}\s+streamed:\s+first tool call\s+[\d.]+ s, end to end "
+                         r"\s*[\d.]+ s \(first call [\d.]+× sooner", out)
+    body = section(report, "streaming_plan")
+    assert_preamble(body, "streaming_plan")
+    assert re.search(r"\| openai \| streamed \| [\d.]+ \| [\d.]+ \| first call [\d.]+× sooner", body)
+    assert "| anthropic | whole |" in body
