@@ -488,3 +488,20 @@ async def test_cancelling_a_run_mid_stream_ends_it_cancelled_without_steps(
     assert "wait.sleep:cancelled" not in world.ended
     assert any("changed my mind" in w or "stopped" in w for w in result.warnings)
     assert (await handle.result()).status == "cancelled"
+
+
+def test_the_cli_progress_says_a_plan_was_discarded_and_drops_its_steps() -> None:
+    import io
+
+    from orchestration.cli import Progress
+
+    out = io.StringIO()
+    progress = Progress(out)
+    for seq, (kind, data) in enumerate([
+        ("step_started", {"step_id": "slow", "tool": "wait", "capability": "sleep"}),
+        ("plan_discarded", {"reason": "plan attempt 1 was rejected", "steps": ["slow"]}),
+        ("plan_ready", {"steps": 1, "plan": {}}),
+    ], start=1):
+        progress(RunEvent(run_id="r", seq=seq, type=kind, at=0.0, data=data))
+    assert progress.rows == {}
+    assert "plan discarded: plan attempt 1 was rejected" in out.getvalue()
