@@ -10,7 +10,7 @@ string is interpolated as text.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,7 @@ __all__ = [
     "iter_strings",
     "parse_references",
     "path_index",
+    "step_issues",
     "validate_plan",
     "whole_reference"
 ]
@@ -197,6 +198,53 @@ def _malformed_reference(path: str, fragment: str) -> str:
     return f"param {path}: malformed reference {shown!r} (expected {{{{step_id.field}}}})"
 
 
+def step_issues(
+    step: Step, ids: Container[str], catalog: Catalog, issues: list[PlanIssue], *,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+) -> list[str]:
+    """The checks of one step given the ids of its plan's steps (``ids``): every issue is
+    added to ``issues``; returns the steps it depends on that exist (its edges, references
+    first, then ``depends_on``, in the order written).
+
+    What :func:`validate_plan` checks per step — and all a streamed plan's step can be
+    checked for before the rest of the plan has arrived (see ``planners._plan_stream``).
+    """
+    upstream: list[str] = []
+    try:
+        catalog.get(step.tool, step.capability)
+    except CatalogError as exc:
+        issues.append(PlanIssue(step.id, str(exc)))
+    problem = unencodable(step.params, max_depth)
+    if problem is not None:
+        issues.append(PlanIssue(step.id, f"param {problem[0]}: {problem[1]}"))
+        return upstream  # nothing else can be read safely from these parameters
+    for path, text in iter_strings(step.params):
+        for bad in _unknown_braces(text):
+            issues.append(PlanIssue(step.id, _malformed_reference(path, bad)))
+    for path, ref in step.references():
+        if ref.step_id == step.id:
+            issues.append(PlanIssue(step.id, f"param {path} refers to its own step"))
+        elif ref.step_id not in ids:
+            issues.append(
+                PlanIssue(step.id, f"param {path} refers to unknown step {ref.step_id!r}")
+            )
+        else:
+            upstream.append(ref.step_id)
+    if step.retry:
+        try:
+            check_overrides(step.retry, source="retry")
+        except ConfigError as exc:
+            issues.append(PlanIssue(step.id, str(exc)))
+    for dep in step.depends_on:
+        if dep == step.id:
+            issues.append(PlanIssue(step.id, "depends_on names the step itself"))
+        elif dep not in ids:
+            issues.append(PlanIssue(step.id, f"depends_on names unknown step {dep!r}"))
+        else:
+            upstream.append(dep)
+    return upstream
+
+
 def validate_plan(
     plan: Plan, catalog: Catalog, *, max_steps: int = 1000, max_depth: int = DEFAULT_MAX_DEPTH,
 ) -> ValidatedPlan:
@@ -222,38 +270,8 @@ def validate_plan(
     graph: nx.DiGraph = nx.DiGraph()
     for step in plan.steps:
         graph.add_node(step.id)
-        try:
-            catalog.get(step.tool, step.capability)
-        except CatalogError as exc:
-            issues.append(PlanIssue(step.id, str(exc)))
-        problem = unencodable(step.params, max_depth)
-        if problem is not None:
-            issues.append(PlanIssue(step.id, f"param {problem[0]}: {problem[1]}"))
-            continue  # nothing else can be read safely from these parameters
-        for path, text in iter_strings(step.params):
-            for bad in _unknown_braces(text):
-                issues.append(PlanIssue(step.id, _malformed_reference(path, bad)))
-        for path, ref in step.references():
-            if ref.step_id == step.id:
-                issues.append(PlanIssue(step.id, f"param {path} refers to its own step"))
-            elif ref.step_id not in ids:
-                issues.append(
-                    PlanIssue(step.id, f"param {path} refers to unknown step {ref.step_id!r}")
-                )
-            else:
-                graph.add_edge(ref.step_id, step.id)
-        if step.retry:
-            try:
-                check_overrides(step.retry, source="retry")
-            except ConfigError as exc:
-                issues.append(PlanIssue(step.id, str(exc)))
-        for dep in step.depends_on:
-            if dep == step.id:
-                issues.append(PlanIssue(step.id, "depends_on names the step itself"))
-            elif dep not in ids:
-                issues.append(PlanIssue(step.id, f"depends_on names unknown step {dep!r}"))
-            else:
-                graph.add_edge(dep, step.id)
+        upstream = step_issues(step, ids, catalog, issues, max_depth=max_depth)
+        graph.add_edges_from((dep, step.id) for dep in upstream)
     # is_directed_acyclic_graph is far cheaper than find_cycle on the (usual) acyclic
     # plan; find_cycle runs only to name a cycle known to exist
     if not issues and not nx.is_directed_acyclic_graph(graph):

@@ -10,11 +10,12 @@ the steps it depends on. A step is handed back when
   parameters — was handed back before it. A step that uses a step not yet seen (plan
   order is not significant) waits for it; one whose dependency never arrives, or that
   is part of a cycle, is never handed back (the final validation names the problem);
-* it passes the same checks the whole plan will (:func:`~orchestration.plan.validate_plan`:
-  known tool and capability, parameters JSON can carry, well-formed references, retry
-  overrides; and, with ``check_references``, reference paths the upstream output schema
-  has). Its dependencies are validated already, so each step is checked against them
-  alone: the cost is the step's own size, not the plan's.
+* it passes the per-step checks the whole plan will (:func:`~orchestration.plan.step_issues`,
+  the code :func:`~orchestration.plan.validate_plan` runs for each step: known tool and
+  capability, parameters JSON can carry, well-formed references to steps that exist,
+  retry overrides; and, with ``check_references``, reference paths the upstream output
+  schema has). Its dependencies were checked before it, so the cost is the step's own
+  size, not the plan's.
 
 A step that fails any check means the whole answer will be rejected: :attr:`doomed`
 says why, and nothing more is handed back for this answer. Nothing here decides whether
@@ -31,8 +32,8 @@ from pydantic import ValidationError
 from orchestration._json import UnreadableJSON, decode
 from orchestration._text import describe_validation_error
 from orchestration.catalog import Catalog
-from orchestration.errors import PlanValidationError
-from orchestration.plan import Plan, Step, validate_plan
+from orchestration.errors import PlanIssue, PlanValidationError
+from orchestration.plan import Step, step_issues
 from planners._references import check_reference_paths
 from planners._step_scanner import ScannedStep, StepScanner
 
@@ -66,7 +67,7 @@ class PlanStream:
         """Why the answer cannot be accepted, once a step showed it (None until then)."""
         self._accepted: dict[str, Step] = {}
         self._seen: set[str] = set()
-        self._waiting: dict[str, Step] = {}
+        self._waiting: dict[str, tuple[Step, set[str]]] = {}  # with its dependencies
 
     def feed(self, piece: str) -> list[Step]:
         """The steps that ``piece`` (the next text of the answer) made ready, in order."""
@@ -100,7 +101,7 @@ class PlanStream:
             self.doomed = f"step id {step.id!r} is used twice"
             return
         self._seen.add(step.id)
-        self._waiting[step.id] = step
+        self._waiting[step.id] = (step, step.dependencies())
         self._release(ready)
 
     def _release(self, ready: list[Step]) -> None:
@@ -108,8 +109,7 @@ class PlanStream:
         progress = True
         while progress and self.doomed is None:
             progress = False
-            for step_id, step in list(self._waiting.items()):
-                dependencies = step.dependencies()
+            for step_id, (step, dependencies) in list(self._waiting.items()):
                 if step_id not in dependencies and not dependencies <= self._accepted.keys():
                     continue
                 del self._waiting[step_id]
@@ -122,24 +122,13 @@ class PlanStream:
                 progress = True
 
     def _problem(self, step: Step, dependencies: set[str]) -> str | None:
-        """What is wrong with ``step`` given its (accepted) dependencies, or None.
-
-        The dependencies stand in as bare steps (tool and capability only): they were
-        validated when they were accepted, and only their ids and catalog entries matter
-        to this step's checks.
-        """
-        upstream = {d: self._accepted[d] for d in dependencies if d in self._accepted}
-        stand_ins = [Step.model_construct(id=u.id, tool=u.tool, capability=u.capability,
-                                          params={}, depends_on=[], description=None,
-                                          retry=None)
-                     for u in upstream.values()]
-        try:
-            validate_plan(Plan.model_construct(steps=[*stand_ins, step], reasoning=None),
-                          self.catalog, max_steps=len(stand_ins) + 1, max_depth=self.max_depth)
-        except PlanValidationError as exc:
-            return str(exc)
-        if self.check_references:
+        """What is wrong with ``step`` given the steps accepted before it, or None: the
+        per-step checks of :func:`~orchestration.plan.validate_plan` (the same code),
+        and the reference paths its dependencies' output schemas allow."""
+        issues: list[PlanIssue] = []
+        step_issues(step, self._accepted.keys() | {step.id}, self.catalog, issues,
+                    max_depth=self.max_depth)
+        if not issues and self.check_references:
+            upstream = {d: self._accepted[d] for d in dependencies if d in self._accepted}
             issues = check_reference_paths([step], self.catalog, known_steps=upstream)
-            if issues:
-                return str(PlanValidationError(issues))
-        return None
+        return str(PlanValidationError(issues)) if issues else None

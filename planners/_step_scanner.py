@@ -40,6 +40,7 @@ __all__ = ["ScannedStep", "StepScanner"]
 
 _OPENING = re.compile(r"[{\[]")
 _STRUCTURE = re.compile(r'["{}\[\]:,]')
+_BRACKETS = re.compile(r'["{}\[\]]')  # inside a step: only strings and brackets matter
 _STRING_STOP = re.compile(r'["\\]')
 _NOT_SPACE = re.compile(r"\S")
 _STEP_ARRAY_PATHS = frozenset({(), ("steps",), ("plan",), ("plan", "steps")})
@@ -139,7 +140,8 @@ class StepScanner:
                                    "JSON object")
                     break
                 i = found.start()
-            token = _STRUCTURE.search(piece, i)
+            inside = self._steps_level is not None and len(self._stack) > self._steps_level
+            token = (_BRACKETS if inside else _STRUCTURE).search(piece, i)
             if token is None:
                 break
             char, at, i = token.group(), token.start(), token.end()
