@@ -3,16 +3,32 @@
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 from executors._prepare import CapabilityCache
 from executors._scheduler import run_dag
 from executors._step_runner import ResumePoint, StepRunner
 from executors.recovery import RecoveryHandler
-from orchestration.plan import ValidatedPlan
+from orchestration.plan import Step, ValidatedPlan
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError
 from orchestration.result import StepResult
 from orchestration.services import RunServices
 from orchestration.state import RunState
+
+if TYPE_CHECKING:
+    from executors._early import EarlySteps
+
+
+def failed_by_bug(step: Step, exc: Exception) -> StepResult:
+    """The result of a step whose code raised: a bug must fail the step, never the run."""
+    return StepResult(
+        id=step.id, tool=step.tool, capability=step.capability, status="failed",
+        error=StepError(
+            category=ErrorCategory.INTERNAL_ERROR, code="EXECUTOR_ERROR",
+            message=f"{type(exc).__name__}: {exc}", source=ErrorSource.ENGINE,
+            step_id=step.id, tool=step.tool, capability=step.capability,
+        ),
+    )
 
 
 class Executor:
@@ -29,15 +45,17 @@ class Executor:
 
     async def execute(
         self, plan: ValidatedPlan, run: RunState, services: RunServices,
-        *, resume: ResumePoint | None = None,
+        *, resume: ResumePoint | None = None, early: EarlySteps | None = None,
     ) -> dict[str, StepResult]:
         """Run every step of ``plan`` that ``run`` has not finished yet; each result is
         recorded in ``run`` (and its store) as it finishes.
 
-        Steps ``run`` already holds (a resumed run) are not run again: their results
-        count as done, so their successors start and their failures skip descendants.
-        Returns this plan's results in plan order.
+        Steps ``run`` already holds (a resumed run, or steps ``early`` finished while the
+        plan streamed) are not run again: their results count as done, so their
+        successors start and their failures skip descendants. Steps ``early`` still runs
+        are awaited, not started again. Returns this plan's results in plan order.
         """
+        started = await early.handover(plan) if early is not None else {}
         runner = StepRunner(plan, run, services, self.capabilities, self.handlers, resume)
         done = {sid: run.steps[sid] for sid in plan.order if sid in run.steps}
 
@@ -59,15 +77,7 @@ class Executor:
                     record(runner.cancelled(step_id, reason))
                 raise
             except Exception as exc:  # a bug must fail the step, never the run
-                step = plan.steps[step_id]
-                result = StepResult(
-                    id=step_id, tool=step.tool, capability=step.capability, status="failed",
-                    error=StepError(
-                        category=ErrorCategory.INTERNAL_ERROR, code="EXECUTOR_ERROR",
-                        message=f"{type(exc).__name__}: {exc}", source=ErrorSource.ENGINE,
-                        step_id=step_id, tool=step.tool, capability=step.capability,
-                    ),
-                )
+                result = failed_by_bug(plan.steps[step_id], exc)
             record(result)
             return result
 
@@ -82,6 +92,6 @@ class Executor:
         results = await run_dag(plan, run_step, skip_step, done=done,
                                 max_concurrency=services.config.max_concurrency,
                                 deadline=services.deadline,
-                                stopped=services.budget.stop_reason)
+                                stopped=services.budget.stop_reason, started=started)
         run.arrange(list(results))
         return results

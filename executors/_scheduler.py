@@ -4,6 +4,10 @@ A step starts the moment all of its own dependencies have succeeded — not leve
 level — subject to a concurrency bound. When a step fails, everything downstream of it
 is skipped with the reason, while independent branches run to completion. Cancelling
 the caller cancels every in-flight step.
+
+Steps may already be running when the scheduler is called (``started``: steps a streamed
+plan started before it was whole, see :mod:`executors._early`); they are awaited like the
+scheduler's own tasks and count against the concurrency bound.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ async def run_dag(
     deadline: float | None = None,
     done: dict[str, StepResult] | None = None,
     stopped: Callable[[], str | None] | None = None,
+    started: dict[str, asyncio.Task[StepResult]] | None = None,
 ) -> dict[str, StepResult]:
     """Run every step of ``plan``; returns a result for each, in topological order.
 
@@ -36,7 +41,8 @@ async def run_dag(
     not start — an upstream failure, the run ``deadline`` (event-loop time) passed, or
     ``stopped()`` giving a reason (a spent budget) — get ``skip_step(step_id, reason)``.
     Steps in ``done`` (a resumed run) are not run: they count as finished with the
-    result given.
+    result given. Steps in ``started`` are running already: their tasks (which must not
+    raise either) are awaited, and cancelled with the scheduler's own when it is.
     """
     graph = plan.graph
     waiting = {node: graph.in_degree(node) for node in plan.order}
@@ -47,22 +53,27 @@ async def run_dag(
                 waiting[successor] -= 1
         elif result.status != "awaiting_approval":
             _skip_downstream(plan, node, results, skip_step, result.status)
-    ready: deque[str] = deque(node for node in plan.order
-                              if waiting[node] == 0 and node not in results)
     done_queue: asyncio.Queue[tuple[str, asyncio.Task[StepResult]]] = asyncio.Queue()
     running: dict[str, asyncio.Task[StepResult]] = {}
     loop = asyncio.get_running_loop()
 
-    def launch(step_id: str) -> None:
-        task: asyncio.Task[StepResult] = loop.create_task(
-            run_step(step_id), name=f"dagwright-step-{step_id}"
-        )
+    def watch(step_id: str, task: asyncio.Task[StepResult]) -> None:
         running[step_id] = task
 
         def on_done(finished: asyncio.Task[StepResult], sid: str = step_id) -> None:
             done_queue.put_nowait((sid, finished))
 
         task.add_done_callback(on_done)
+
+    def launch(step_id: str) -> None:
+        watch(step_id, loop.create_task(run_step(step_id), name=f"dagwright-step-{step_id}"))
+
+    for step_id, task in (started or {}).items():
+        if step_id not in results:
+            watch(step_id, task)
+    ready: deque[str] = deque(node for node in plan.order
+                              if waiting[node] == 0 and node not in results
+                              and node not in running)
 
     try:
         while ready or running:

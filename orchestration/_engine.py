@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from executors._approvals import apply_decisions, expire_approvals
+from executors._early import EarlySteps
 from executors._executor import Executor
 from executors._resend import CallInspector
 from executors._resume import resume_point
@@ -52,6 +53,12 @@ def run_status(steps: dict[str, StepResult]) -> RunStatus:
     if steps and succeeded == len(steps):
         return "succeeded"
     return "partial" if succeeded else "failed"
+
+
+async def _stop(early: EarlySteps | None, reason: str) -> None:
+    """Planning ended without a plan: stop and drop what started while it streamed."""
+    if early is not None:
+        await early.discard(reason)
 
 
 class RunEngine:
@@ -101,19 +108,25 @@ class RunEngine:
         # the run deadline bounds planning and synthesis too, not only the steps
         config, clock = self.config, services.clock
         limit = f"the run deadline ({config.run_timeout_s:g}s, ORCH_RUN_TIMEOUT_S)"
+        early = self._early_steps(run, services, plan)
         try:
             async with asyncio.timeout_at(services.deadline):
-                validated = await self._plan(run, services, plan)
+                validated = await self._plan(run, services, plan, early)
         except TimeoutError:
+            await _stop(early, "planning did not finish before the run deadline")
             run.fail(f"planning failed: {limit} passed before a plan was ready", at=clock.time())
             return
         except PlanningError as exc:
+            await _stop(early, "planning failed")
             run.fail(f"planning failed: {exc}", at=clock.time())
             return
         except PlanValidationError as exc:  # only a plan given with plan= gets here
             run.fail("the plan given with plan= is invalid: "
                      + "; ".join(str(issue) for issue in exc.issues), at=clock.time())
             return
+        except BaseException:  # cancelled (on purpose, or a shutdown) while planning
+            await _stop(early, "the run stopped while its plan streamed")
+            raise
         if run.plan is None:
             run.plan = validated.to_dict()
             services.recorder.save_run(run)
@@ -131,7 +144,8 @@ class RunEngine:
             resume: ResumePoint | None = resume_point(run, services, stored, approved)
         else:
             resume = ResumePoint(approved=approved) if approved else None
-        steps = await self.executor.execute(validated, run, services, resume=resume)
+        steps = await self.executor.execute(validated, run, services, resume=resume,
+                                            early=early)
         if run.pending_approvals:
             run.pause()  # everything that could run did; the rest waits for a person
             return
@@ -204,16 +218,31 @@ class RunEngine:
             return "succeeded"
         return run_status(run.live_steps)
 
-    async def _plan(
+    def _early_steps(
         self, run: RunState, services: RunServices, plan: Plan | dict[str, Any] | None
+    ) -> EarlySteps | None:
+        """What starts steps while the plan streams, when this run's plan is streamed: a
+        new plan (not the caller's, not a resumed run's), ``ORCH_STREAM_PLAN`` on, no
+        person approving the plan first, and a client that streams — on Temporal the
+        LLM is an activity that answers whole, so planning asks for the plan whole."""
+        config = self.config
+        if (plan is not None or run.plan is not None or not config.stream_plan
+                or config.approve_plans or not services.llm.streams):
+            return None
+        return EarlySteps(self.executor, run, services)
+
+    async def _plan(
+        self, run: RunState, services: RunServices, plan: Plan | dict[str, Any] | None,
+        early: EarlySteps | None = None,
     ) -> ValidatedPlan:
-        """The plan to execute: the run's own (a resumed run), the caller's, or a new one."""
+        """The plan to execute: the run's own (a resumed run), the caller's, or a new one
+        (streamed to ``early`` when given)."""
         if run.plan is not None:  # a resumed run keeps its plan, repair steps included
             model = Plan.model_validate(run.plan)
             return validate_plan(model, services.catalog,
                                  max_steps=max(self.config.max_plan_steps, len(model.steps)))
         if plan is None:
-            return await self.planner.plan(run, services)
+            return await self.planner.plan(run, services, listener=early)
         try:
             model = plan if isinstance(plan, Plan) else Plan.model_validate(plan)
         except ValidationError as exc:

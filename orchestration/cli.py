@@ -481,6 +481,10 @@ class Progress:
         data = event.data
         if event.type == "plan_ready":
             self._line(f"plan ready: {data['steps']} step(s) [run {event.run_id}]")
+        elif event.type == "plan_discarded":
+            for step_id in data["steps"]:  # started while the plan streamed: void now
+                self.rows.pop(step_id, None)
+            self._line(f"plan discarded: {data['reason']}")
         elif event.type == "step_started":
             self._step(data["step_id"], f"running   {data['tool']}.{data['capability']}")
         elif event.type == "attempt_finished" and data["outcome"] != "succeeded":

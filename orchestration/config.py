@@ -111,6 +111,14 @@ class OrchestratorConfig(BaseSettings):
     replan_max: int = Field(
         0, ge=0, description="Repair plans asked after steps fail for good (0 = no replanning)."
     )
+    stream_plan: bool = Field(
+        True,
+        description="With an LLM client that streams (OpenAI-compatible, Anthropic), start "
+        "each step while the plan is still being written: once it and the steps it uses are "
+        "complete and valid, if its capability is idempotent, needs no approval and is not an "
+        "HTTP PUT/DELETE (the rest waits for the whole plan). A plan that is then rejected "
+        "has them cancelled and dropped. Not with ORCH_APPROVE_PLANS nor on Temporal.",
+    )
 
     # --- execution ----------------------------------------------------------------
     max_concurrency: int = Field(8, ge=1, description="Steps in flight at once per run.")

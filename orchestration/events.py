@@ -8,6 +8,8 @@ resumed run continuing where it stopped) and a timestamp; ``type`` says what hap
 type                   data
 =====================  ===========================================================
 ``plan_ready``         ``plan`` (the validated plan), ``steps`` (count)
+``plan_discarded``     ``reason``, ``steps`` (ids started while a plan streamed whose
+                       results were dropped: that plan answer was not accepted)
 ``step_started``       ``step_id``, ``tool``, ``capability``
 ``attempt_finished``   ``step_id``, ``attempt``, ``layer``, ``outcome``, ``error_code``
 ``step_finished``      ``step_id``, ``status``, ``attempts``, ``duration_s``
@@ -29,11 +31,11 @@ from pydantic import BaseModel, Field
 
 __all__ = ["EVENT_TYPES", "EventType", "RunEvent"]
 
-EventType = Literal["plan_ready", "step_started", "attempt_finished", "step_finished",
-                    "approval_required", "answer_delta", "run_finished"]
-EVENT_TYPES: tuple[str, ...] = ("plan_ready", "step_started", "attempt_finished",
-                                "step_finished", "approval_required", "answer_delta",
-                                "run_finished")
+EventType = Literal["plan_ready", "plan_discarded", "step_started", "attempt_finished",
+                    "step_finished", "approval_required", "answer_delta", "run_finished"]
+EVENT_TYPES: tuple[str, ...] = ("plan_ready", "plan_discarded", "step_started",
+                                "attempt_finished", "step_finished", "approval_required",
+                                "answer_delta", "run_finished")
 
 
 class RunEvent(BaseModel):

@@ -10,7 +10,7 @@ string is interpolated as text.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,7 @@ __all__ = [
     "iter_strings",
     "parse_references",
     "path_index",
+    "step_issues",
     "validate_plan",
     "whole_reference"
 ]
@@ -239,6 +240,68 @@ def _reference_texts(value: Any, path: str, out: list[tuple[str, str]]) -> None:
         out.append((path, value))
 
 
+def step_issues(
+    step: Step, ids: Container[str], catalog: Catalog, issues: list[PlanIssue], *,
+    max_depth: int = DEFAULT_MAX_DEPTH, parsed: dict[str, ParsedText] | None = None,
+    check_encoding: bool = True,
+) -> list[str]:
+    """The checks of one step given the ids of its plan's steps (``ids``): every issue is
+    added to ``issues``; returns the steps it depends on that exist (its edges, references
+    first, then ``depends_on``, in the order written).
+
+    What :func:`validate_plan` checks per step — and all a streamed plan's step can be
+    checked for before the rest of the plan has arrived (see ``planners._plan_stream``).
+    ``parsed`` collects the reference strings parsed on the way (shared across a plan, so
+    a string repeated in many steps is parsed once and binding reuses it);
+    ``check_encoding=False`` skips the per-step encoder pass when the caller has already
+    proved the whole plan encodable in one.
+    """
+    upstream: list[str] = []
+    if not catalog.has(step.tool, step.capability):
+        try:
+            catalog.get(step.tool, step.capability)
+        except CatalogError as exc:
+            issues.append(PlanIssue(step.id, str(exc)))
+    if check_encoding:
+        problem = unencodable(step.params, max_depth)
+        if problem is not None:
+            issues.append(PlanIssue(step.id, f"param {problem[0]}: {problem[1]}"))
+            return upstream  # nothing else can be read safely from these parameters
+    if parsed is None:
+        parsed = {}
+    texts: list[tuple[str, str]] = []
+    _reference_texts(step.params, "$", texts)
+    for path, text in texts:
+        for bad in _unknown_braces(text):
+            issues.append(PlanIssue(step.id, _malformed_reference(path, bad)))
+        found = parsed.get(text)
+        if found is None:
+            found = parsed[text] = ParsedText(text)
+        refs = [found.whole] if found.whole is not None else parse_references(text)
+        for ref in refs:
+            if ref.step_id == step.id:
+                issues.append(PlanIssue(step.id, f"param {path} refers to its own step"))
+            elif ref.step_id not in ids:
+                issues.append(
+                    PlanIssue(step.id, f"param {path} refers to unknown step {ref.step_id!r}")
+                )
+            else:
+                upstream.append(ref.step_id)
+    if step.retry:
+        try:
+            check_overrides(step.retry, source="retry")
+        except ConfigError as exc:
+            issues.append(PlanIssue(step.id, str(exc)))
+    for dep in step.depends_on:
+        if dep == step.id:
+            issues.append(PlanIssue(step.id, "depends_on names the step itself"))
+        elif dep not in ids:
+            issues.append(PlanIssue(step.id, f"depends_on names unknown step {dep!r}"))
+        else:
+            upstream.append(dep)
+    return upstream
+
+
 def validate_plan(
     plan: Plan, catalog: Catalog, *, max_steps: int = 1000, max_depth: int = DEFAULT_MAX_DEPTH,
 ) -> ValidatedPlan:
@@ -268,49 +331,11 @@ def validate_plan(
     nodes: list[str] = []
     edges: list[tuple[str, str]] = []
     parsed: dict[str, ParsedText] = {}
-    has = catalog.has
     for step in steps:
         nodes.append(step.id)
-        if not has(step.tool, step.capability):
-            try:
-                catalog.get(step.tool, step.capability)
-            except CatalogError as exc:
-                issues.append(PlanIssue(step.id, str(exc)))
-        if not all_encodable:
-            problem = unencodable(step.params, max_depth)
-            if problem is not None:
-                issues.append(PlanIssue(step.id, f"param {problem[0]}: {problem[1]}"))
-                continue  # nothing else can be read safely from these parameters
-        texts: list[tuple[str, str]] = []
-        _reference_texts(step.params, "$", texts)
-        for path, text in texts:
-            for bad in _unknown_braces(text):
-                issues.append(PlanIssue(step.id, _malformed_reference(path, bad)))
-            found = parsed.get(text)
-            if found is None:
-                found = parsed[text] = ParsedText(text)
-            refs = [found.whole] if found.whole is not None else parse_references(text)
-            for ref in refs:
-                if ref.step_id == step.id:
-                    issues.append(PlanIssue(step.id, f"param {path} refers to its own step"))
-                elif ref.step_id not in ids:
-                    issues.append(
-                        PlanIssue(step.id, f"param {path} refers to unknown step {ref.step_id!r}")
-                    )
-                else:
-                    edges.append((ref.step_id, step.id))
-        if step.retry:
-            try:
-                check_overrides(step.retry, source="retry")
-            except ConfigError as exc:
-                issues.append(PlanIssue(step.id, str(exc)))
-        for dep in step.depends_on:
-            if dep == step.id:
-                issues.append(PlanIssue(step.id, "depends_on names the step itself"))
-            elif dep not in ids:
-                issues.append(PlanIssue(step.id, f"depends_on names unknown step {dep!r}"))
-            else:
-                edges.append((dep, step.id))
+        upstream = step_issues(step, ids, catalog, issues, max_depth=max_depth, parsed=parsed,
+                               check_encoding=not all_encodable)
+        edges.extend((dep, step.id) for dep in upstream)
     graph: nx.DiGraph = nx.DiGraph()
     graph.add_nodes_from(nodes)
     graph.add_edges_from(edges)

@@ -14,6 +14,7 @@ The engine changes a state only through its methods (:meth:`RunState.record_step
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel, Field, PrivateAttr
@@ -92,6 +93,15 @@ class RunState(BaseModel):
             self._outputs[result.id] = result.output
         else:
             self._outputs.pop(result.id, None)
+
+    def discard_steps(self, step_ids: Iterable[str]) -> None:
+        """Forget steps that ran for a plan that was then thrown away (a streamed plan the
+        planner did not accept): their results, outputs and pending approvals."""
+        gone = set(step_ids)
+        for step_id in gone:
+            self.steps.pop(step_id, None)
+            self._outputs.pop(step_id, None)
+        self.pending_approvals = [p for p in self.pending_approvals if p.step_id not in gone]
 
     def arrange(self, order: list[str]) -> None:
         """Put the steps of a finished round in plan (topological) order: results are

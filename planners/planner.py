@@ -22,12 +22,21 @@ Retries are bounded by ``planner_max_retries``; their feedback text comes from a
 :class:`~planners.feedback.FeedbackFormatter`. Every attempt is kept on the
 :class:`PlanningError` and recorded as a ``plan_attempt`` event on the plan span, with
 the catalog selection (what was left out of the prompt) as a ``catalog_selection`` event.
+
+**Streamed plans.** Given a :class:`~planners._plan_stream.StepListener`, :meth:`Planner.plan`
+streams each attempt and tells the listener about every step as soon as it is complete
+and valid on its own (:mod:`planners._plan_stream`), so the engine can start it before
+the answer ends. The answer is still accepted or rejected whole, exactly as above; an
+attempt that is not accepted — rejected, failed, or shown by one of its steps to be
+unacceptable — is ``discard``-ed before the next attempt, so what was started for it is
+stopped and thrown away.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from contextlib import aclosing
 from typing import Any, TypeVar
 
 from orchestration.errors import (
@@ -38,11 +47,12 @@ from orchestration.errors import (
     PlanParseError,
     PlanValidationError,
 )
-from orchestration.llm.base import LLMRequest
+from orchestration.llm.base import LLMRequest, LLMResponse
 from orchestration.plan import ValidatedPlan, validate_plan
 from orchestration.services import RunServices
 from orchestration.state import RunState
 from orchestration.telemetry._observer import PlanningObservation
+from planners._plan_stream import PlanStream, StepListener
 from planners._references import check_reference_paths
 from planners._selection import Selection
 from planners.feedback import DefaultFeedbackFormatter, FeedbackFormatter, PlanFeedback
@@ -110,9 +120,15 @@ class Planner:
             wanted = services.config.llm_structured_output != "none"
         return plan_response_schema(selection.offered) if wanted else None
 
-    async def plan(self, run: RunState, services: RunServices) -> ValidatedPlan:
+    async def plan(
+        self, run: RunState, services: RunServices, *, listener: StepListener | None = None
+    ) -> ValidatedPlan:
         """A validated plan for the run's query; raises :class:`PlanningError` with every
-        attempt."""
+        attempt.
+
+        With a ``listener`` each attempt is streamed and the listener hears of every step
+        the moment it may be acted on (see the module docstring); the caller stops what
+        the listener started when this raises."""
         catalog, config = services.catalog, services.config
 
         def accept(text: str) -> ValidatedPlan:
@@ -128,7 +144,10 @@ class Planner:
 
         with services.observer.planning(run.run_id, "plan") as observation:
             prompt = self.build_prompt(run.query, services)
-            validated = await self._converse(services, "plan", prompt, accept, observation)
+            if listener is not None:
+                observation.set("dagwright.plan.streamed", True)
+            validated = await self._converse(services, "plan", prompt, accept, observation,
+                                             listener)
             observation.set("dagwright.plan.steps", len(validated.steps))
             return validated
 
@@ -173,6 +192,7 @@ class Planner:
         prompt: BuiltPrompt,
         accept: Callable[[str], T],
         observation: PlanningObservation,
+        listener: StepListener | None = None,
     ) -> T:
         selection = prompt.selection
         observation.selection(selection.trace_attributes(), prompt.chars)
@@ -184,8 +204,13 @@ class Planner:
             request = LLMRequest(purpose=purpose, messages=list(messages),
                                  response_schema=schema, schema_name="plan")
             try:
-                response = await services.llm.complete(request)
+                if listener is None:
+                    response = await services.llm.complete(request)
+                else:
+                    response = await self._streamed(services, request, listener, number)
             except LLMError as exc:
+                if listener is not None:
+                    await listener.discard(f"plan attempt {number} failed: {exc}")
                 feedback = _llm_error_feedback(exc, number, purpose)
                 retry = feedback is not None and number < tries
                 attempts.append(PlanningAttempt(None, str(exc), None, number, exc.kind.value, purpose))
@@ -216,6 +241,9 @@ class Planner:
                                     response.finish_reason, False)
                 observation.set("dagwright.plan.attempts", number)
                 return result
+            if listener is not None:
+                await listener.discard(f"plan attempt {number} was rejected ({feedback.kind}): "
+                                       f"{feedback.error}")
             retry = number < tries
             attempts.append(PlanningAttempt(response.content, feedback.error,
                                             response.finish_reason, number, feedback.kind, purpose))
@@ -230,6 +258,31 @@ class Planner:
         observation.failed(f"no valid {purpose}")
         what = "repair plan" if purpose == "replan" else "plan"
         raise PlanningError(f"no valid {what} after {tries} attempt(s)", attempts)
+
+
+    async def _streamed(
+        self, services: RunServices, request: LLMRequest, listener: StepListener, number: int
+    ) -> LLMResponse:
+        """One streamed plan attempt: its steps go to ``listener`` as they become ready;
+        the whole answer is returned (the gateway's stream contract: its content is every
+        delta, in order). A step that shows the answer cannot be accepted has what was
+        started discarded at once, and nothing more of this answer goes to the listener."""
+        config = services.config
+        reader = PlanStream(services.catalog, max_steps=config.max_plan_steps,
+                            max_depth=config.max_json_depth,
+                            check_references=self.check_references)
+        async with aclosing(services.llm.stream(request)) as events:
+            async for event in events:
+                if event.response is not None:
+                    return event.response
+                doomed = reader.doomed
+                for step in reader.feed(event.delta):
+                    listener.step_ready(step)
+                if reader.doomed is not None and doomed is None:
+                    await listener.discard(f"plan attempt {number} cannot be accepted: "
+                                           f"{reader.doomed}")
+        raise LLMError(LLMErrorKind.MALFORMED, "the plan stream ended without its final "
+                       "response", provider=str(getattr(services.llm.client, "provider", "")))
 
 
 def _parse(text: str, max_depth: int) -> Any:

@@ -602,8 +602,10 @@ class FakeAnthropicServer(_FakeLLMServer):
         stop_reason: str = "tool_use",
         input_tokens: int = 13,
         output_tokens: int = 5,
+        delay_s: float = 0.0,
     ) -> Self:
-        """Answer with a ``tool_use`` block, named after the request's forced tool by default."""
+        """Answer with a ``tool_use`` block, named after the request's forced tool by
+        default, after ``delay_s``."""
 
         def build(request: ReceivedRequest) -> JSONBody:
             tool = name or (request.body.get("tool_choice") or {}).get("name") or "tool"
@@ -612,7 +614,7 @@ class FakeAnthropicServer(_FakeLLMServer):
                            "input": tool_input})
             return self._message(request, blocks, stop_reason, input_tokens, output_tokens)
 
-        return self.push(Behaviour(body=build))
+        return self.push(Behaviour(body=build, delay_s=delay_s))
 
     def answer_blocks(
         self,
@@ -680,9 +682,11 @@ class FakeAnthropicServer(_FakeLLMServer):
         input_tokens: int = 13,
         output_tokens: int = 5,
         delay_s: float = 0.0,
+        first_delay_s: float = 0.0,
     ) -> Self:
         """Stream a forced tool call: its input as ``input_json_delta`` pieces, after an
-        optional text block, the tool named after the request's ``tool_choice``."""
+        optional text block, the tool named after the request's ``tool_choice``; events
+        ``delay_s`` apart, the first after ``first_delay_s``."""
 
         def build(request: ReceivedRequest) -> list[bytes]:
             tool = (request.body.get("tool_choice") or {}).get("name") or "tool"
@@ -709,7 +713,7 @@ class FakeAnthropicServer(_FakeLLMServer):
                     "delta": {"type": "input_json_delta", "partial_json": piece}}))
             return [*events, *self._message_end(index, "tool_use", output_tokens)]
 
-        return self.push(Behaviour(stream=build, event_delay_s=delay_s,
+        return self.push(Behaviour(stream=build, delay_s=first_delay_s, event_delay_s=delay_s,
                                    content_type="text/event-stream"))
 
     def _message_start(self, request: ReceivedRequest, input_tokens: int) -> bytes:

@@ -34,6 +34,7 @@ from orchestration.llm.base import (
     LLMStreamEvent,
     close_iterator,
     stream_from,
+    supports_streaming,
 )
 from orchestration.result import RunUsage
 from orchestration.retry_policy import RetryPolicy
@@ -87,6 +88,12 @@ class LLMGateway:
     @property
     def model(self) -> str | None:
         return getattr(self.client, "model", None)
+
+    @property
+    def streams(self) -> bool:
+        """Whether the client streams natively (:func:`supports_streaming`): only then does
+        :meth:`stream` deliver an answer while it is written rather than all at the end."""
+        return supports_streaming(self.client)
 
     @property
     def max_retries(self) -> int:

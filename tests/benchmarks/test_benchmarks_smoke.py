@@ -21,6 +21,7 @@ from benchmarks import (
     scale_out,
     scheduler,
     store,
+    streaming_plan,
     throughput,
 )
 from executors import coerce
@@ -41,12 +42,12 @@ def assert_preamble(body: str, module: str) -> None:
 
 def test_write_section_replaces_only_its_own_section(tmp_path: Path) -> None:
     report = tmp_path / "bench.md"
-    common.write_section(report, "throughput", "## T\nfirst")
+    common.write_section(report, "throughput", "## T\nbody-v1")
     common.write_section(report, "scheduler", "## S\nsched")
-    common.write_section(report, "throughput", "## T\nsecond")
+    common.write_section(report, "throughput", "## T\nbody-v2")
     text = report.read_text()
     assert text.startswith("# Benchmarks")
-    assert "first" not in text and "second" in text and "sched" in text
+    assert "body-v1" not in text and "body-v2" in text and "sched" in text
     assert text.index("BEGIN scheduler") < text.index("BEGIN throughput")  # canonical order
 
 
@@ -203,3 +204,18 @@ def test_scale_out_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         assert measured or f"| {label} | — |" in body, body
         if measured:
             assert re.search(rf"{label}: [\d.]+ runs/s", out)
+
+
+def test_streaming_plan_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Both providers, the plan streamed and whole, on the loopback SSE servers."""
+    report = tmp_path / "bench.md"
+    assert streaming_plan.main(["--quick", "--report", str(report)]) == 0
+    out = capsys.readouterr().out
+    for provider in ("openai", "anthropic"):
+        assert re.search(rf"{provider}\s+whole:\s+first tool call\s+[\d.]+ s", out)
+        assert re.search(rf"{provider}\s+streamed:\s+first tool call\s+[\d.]+ s, end to end "
+                         r"\s*[\d.]+ s \(first call [\d.]+× sooner", out)
+    body = section(report, "streaming_plan")
+    assert_preamble(body, "streaming_plan")
+    assert re.search(r"\| openai \| streamed \| [\d.]+ \| [\d.]+ \| first call [\d.]+× sooner", body)
+    assert "| anthropic | whole |" in body

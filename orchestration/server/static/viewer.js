@@ -90,6 +90,8 @@
       else liveState("reconnecting…");
     };
     on("plan_ready", () => scheduleRefresh());
+    // steps started while a plan streamed, whose answer was then not accepted
+    on("plan_discarded", (data) => { data.steps.forEach((s) => running.delete(s)); scheduleRefresh(); });
     on("step_started", (data) => { running.add(data.step_id); setStepStatus(data.step_id, "running"); });
     on("attempt_finished", () => scheduleRefresh());
     on("step_finished", (data) => { running.delete(data.step_id); setStepStatus(data.step_id, data.status); scheduleRefresh(); });

@@ -640,7 +640,8 @@ async def test_streamed_synthesis_answer_equals_the_deltas_from_a_real_server(
     openai_server.answer(json.dumps(PLAN))  # the plan: asked whole
     openai_server.stream_answer(["  The sum", " is 42", ".\n\n"], delay_s=0.02)
     deltas: list[str] = []
-    result = await streaming_orchestrator(openai, deltas, monkeypatch).arun("40 + 2?")
+    result = await streaming_orchestrator(openai, deltas, monkeypatch,
+                                          stream_plan=False).arun("40 + 2?")
 
     assert result.status == "succeeded", result.error
     assert result.answer == "The sum is 42." == "".join(deltas)  # trimmed as it streamed
@@ -676,12 +677,13 @@ async def test_cut_synthesis_stream_keeps_the_partial_answer_with_a_warning(
 async def test_synthesis_without_a_delta_consumer_asks_for_the_whole_answer(
     openai_server: FakeOpenAIServer, openai: OpenAICompatibleClient
 ) -> None:
-    openai_server.answer(json.dumps(PLAN))
+    openai_server.stream_answer([json.dumps(PLAN)])  # the plan streams (ORCH_STREAM_PLAN)
     openai_server.answer("The sum is 42.")
     orch = Orchestrator(adder_catalog(), llm=openai, registry=CollectorRegistry())
     result = await orch.arun("40 + 2?")
     assert result.answer == "The sum is 42."
-    assert all("stream" not in r.body for r in openai_server.requests)
+    plan, synthesis = openai_server.requests
+    assert plan.body["stream"] is True and "stream" not in synthesis.body
 
 
 async def test_synthesis_stream_failing_before_any_text_is_a_failed_synthesis(
@@ -700,7 +702,9 @@ async def test_run_deadline_mid_stream_keeps_what_was_streamed(
     llm = ScriptedLLM([PLAN, "The sum is 42, as the tool said."], chunk_chars=4,
                       chunk_delay_s=0.2)
     deltas: list[str] = []
-    orch = streaming_orchestrator(llm, deltas, monkeypatch, run_timeout_s=0.5)
+    # the plan asked whole: streamed at this pace it alone would outlast the deadline
+    orch = streaming_orchestrator(llm, deltas, monkeypatch, run_timeout_s=0.5,
+                                  stream_plan=False)
     result = await orch.arun("40 + 2?")
     assert deltas and result.answer == "".join(deltas)
     assert len(result.answer) < len("The sum is 42, as the tool said.")

@@ -1,0 +1,134 @@
+"""Reading a plan while it streams: each step once it is complete and valid on its own.
+
+The planner feeds the pieces of a streamed plan answer to a :class:`PlanStream`, which
+hands back the steps that may be acted on now, in an order where every step comes after
+the steps it depends on. A step is handed back when
+
+* its JSON object has closed (:class:`~planners._step_scanner.StepScanner`) and it has
+  the shape of a step;
+* every step it depends on — ``depends_on`` and every ``{{step.path}}`` of its
+  parameters — was handed back before it. A step that uses a step not yet seen (plan
+  order is not significant) waits for it; one whose dependency never arrives, or that
+  is part of a cycle, is never handed back (the final validation names the problem);
+* it passes the per-step checks the whole plan will (:func:`~orchestration.plan.step_issues`,
+  the code :func:`~orchestration.plan.validate_plan` runs for each step: known tool and
+  capability, parameters JSON can carry, well-formed references to steps that exist,
+  retry overrides; and, with ``check_references``, reference paths the upstream output
+  schema has). Its dependencies were checked before it, so the cost is the step's own
+  size, not the plan's.
+
+A step that fails any check means the whole answer will be rejected: :attr:`doomed`
+says why, and nothing more is handed back for this answer. Nothing here decides whether
+the plan is accepted — the whole answer is parsed and validated at the end, as without
+streaming; this only lets work start earlier.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from pydantic import ValidationError
+
+from orchestration._json import UnreadableJSON, decode
+from orchestration._text import describe_validation_error
+from orchestration.catalog import Catalog
+from orchestration.errors import PlanIssue, PlanValidationError
+from orchestration.plan import Step, step_issues
+from planners._references import check_reference_paths
+from planners._step_scanner import ScannedStep, StepScanner
+
+__all__ = ["PlanStream", "StepListener"]
+
+
+class StepListener(Protocol):
+    """Who acts on the steps of a plan while it streams (the engine starts them early).
+
+    ``step_ready`` gets each step the moment it is complete and valid on its own, every
+    step after those it depends on. ``discard`` says that the work done for this answer
+    must be thrown away — the answer was rejected, failed, or cannot be accepted — with
+    the reason; steps of the next attempt may follow it.
+    """
+
+    def step_ready(self, step: Step) -> None: ...
+
+    async def discard(self, reason: str) -> None: ...
+
+
+class PlanStream:
+    """The steps of one streamed plan answer, each handed back once it may be acted on."""
+
+    def __init__(self, catalog: Catalog, *, max_steps: int, max_depth: int,
+                 check_references: bool) -> None:
+        self.catalog = catalog
+        self.max_depth = max_depth
+        self.check_references = check_references
+        self.scanner = StepScanner(max_depth=max_depth, max_steps=max_steps)
+        self.doomed: str | None = None
+        """Why the answer cannot be accepted, once a step showed it (None until then)."""
+        self._accepted: dict[str, Step] = {}
+        self._seen: set[str] = set()
+        self._waiting: dict[str, tuple[Step, set[str]]] = {}  # with its dependencies
+
+    def feed(self, piece: str) -> list[Step]:
+        """The steps that ``piece`` (the next text of the answer) made ready, in order."""
+        ready: list[Step] = []
+        if self.doomed is not None:
+            return ready
+        for scanned in self.scanner.feed(piece):
+            self._take(scanned, ready)
+            if self.doomed is not None:
+                return []
+        return ready
+
+    @property
+    def accepted(self) -> list[str]:
+        """The ids of the steps handed back so far."""
+        return list(self._accepted)
+
+    def _take(self, scanned: ScannedStep, ready: list[Step]) -> None:
+        where = f"step {scanned.index + 1} of the plan"
+        try:
+            data = decode(scanned.text, max_depth=max(1, self.max_depth - scanned.enclosing))
+            step = Step.model_validate(data)
+        except UnreadableJSON as exc:
+            self.doomed = f"{where} cannot be read: {exc}"
+            return
+        except ValidationError as exc:
+            self.doomed = (f"{where} does not have the shape of a step: "
+                           + describe_validation_error(exc))
+            return
+        if step.id in self._seen:
+            self.doomed = f"step id {step.id!r} is used twice"
+            return
+        self._seen.add(step.id)
+        self._waiting[step.id] = (step, step.dependencies())
+        self._release(ready)
+
+    def _release(self, ready: list[Step]) -> None:
+        """Hand back every waiting step whose dependencies have all been handed back."""
+        progress = True
+        while progress and self.doomed is None:
+            progress = False
+            for step_id, (step, dependencies) in list(self._waiting.items()):
+                if step_id not in dependencies and not dependencies <= self._accepted.keys():
+                    continue
+                del self._waiting[step_id]
+                problem = self._problem(step, dependencies)
+                if problem is not None:
+                    self.doomed = problem
+                    return
+                self._accepted[step_id] = step
+                ready.append(step)
+                progress = True
+
+    def _problem(self, step: Step, dependencies: set[str]) -> str | None:
+        """What is wrong with ``step`` given the steps accepted before it, or None: the
+        per-step checks of :func:`~orchestration.plan.validate_plan` (the same code),
+        and the reference paths its dependencies' output schemas allow."""
+        issues: list[PlanIssue] = []
+        step_issues(step, self._accepted.keys() | {step.id}, self.catalog, issues,
+                    max_depth=self.max_depth)
+        if not issues and self.check_references:
+            upstream = {d: self._accepted[d] for d in dependencies if d in self._accepted}
+            issues = check_reference_paths([step], self.catalog, known_steps=upstream)
+        return str(PlanValidationError(issues)) if issues else None
