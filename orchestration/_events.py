@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestration.clock import Clock
 from orchestration.events import EventType, RunEvent
+from orchestration.store._base import SaveEvent
 
 if TYPE_CHECKING:
     from orchestration.state import RunState
@@ -44,7 +45,7 @@ class EventSink:
         self._queues: list[asyncio.Queue[RunEvent | None]] = []
         self._tasks: list[asyncio.Future[Any]] = []
         self._broken: set[int] = set()
-        self._history: list[RunEvent] = []
+        self._history: list[SaveEvent] = []
         self._closed = False
 
     def subscribe(self, callback: EventCallback) -> None:
@@ -65,8 +66,8 @@ class EventSink:
         at once if it has ended)."""
         queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
         if replay:
-            for event in self._history:
-                queue.put_nowait(event)
+            for record in self._history:
+                queue.put_nowait(record.to_event())
             if self._closed:
                 queue.put_nowait(None)
                 return queue
@@ -83,14 +84,23 @@ class EventSink:
         if queue in self._queues:
             self._queues.remove(queue)
 
-    def emit(self, type: EventType, **data: Any) -> RunEvent:
-        """Record one event and hand it to every consumer."""
-        self.run.event_seq += 1
-        event = RunEvent(run_id=self.run.run_id, seq=self.run.event_seq, type=type,
-                         at=self.clock.time(), data=data)
+    def emit(self, type: EventType, **data: Any) -> None:
+        """Record one event and hand it to every consumer.
+
+        The event is kept as a plain record (:class:`SaveEvent`, what the store writes);
+        the :class:`RunEvent` model is built only when someone follows the run live or
+        reads its history — on the happy path of an unwatched run, three records per step
+        and no model.
+        """
+        run = self.run
+        run.event_seq += 1
+        record = SaveEvent(run.run_id, run.event_seq, type, self.clock.time(), data)
         if self.recorder is not None:
-            self.recorder.save_event(event)
-        self._history.append(event)
+            self.recorder.save_event(record)
+        self._history.append(record)
+        if not (self._callbacks or self._queues):
+            return
+        event = record.to_event()
         for index, callback in enumerate(self._callbacks):
             if index in self._broken:
                 continue
@@ -101,10 +111,9 @@ class EventSink:
             except Exception:
                 self._broken.add(index)
                 log.exception("run %s: the on_event callback raised; it gets no more events "
-                              "(the run goes on)", self.run.run_id)
+                              "(the run goes on)", run.run_id)
         for queue in self._queues:
             queue.put_nowait(event)
-        return event
 
     def answer_delta(self, text: str) -> None:
         """A piece of the answer as the model streams it (``answer_delta``)."""

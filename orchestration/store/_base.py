@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from orchestration.events import RunEvent
+from orchestration.events import EventType, RunEvent
 from orchestration.result import Attempt, StepResult
 from orchestration.state import RunState
 
@@ -129,10 +129,25 @@ class CallFinished:
     attempt: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SaveEvent:
+    """One run event as the engine records it: plain fields, one object. The
+    :class:`~orchestration.events.RunEvent` model is built only where one is read
+    (:meth:`to_event`) — a 10,000-step run emits 30,000 events, and most are only written."""
+
     run_id: str
-    event: RunEvent
+    seq: int
+    type: EventType
+    at: float
+    data: dict[str, Any]
+
+    @classmethod
+    def of(cls, event: RunEvent) -> SaveEvent:
+        return cls(event.run_id, event.seq, event.type, event.at, event.data)
+
+    def to_event(self) -> RunEvent:
+        return RunEvent(run_id=self.run_id, seq=self.seq, type=self.type, at=self.at,
+                        data=self.data)
 
 
 Write = SaveRun | SaveStep | SaveAttempt | CallStarted | CallFinished | SaveEvent

@@ -37,7 +37,7 @@ class _Run:
     steps: dict[str, StepResult] = field(default_factory=dict)
     attempts: dict[tuple[str, int], tuple[Attempt, Any]] = field(default_factory=dict)
     calls: dict[tuple[str, int], CallMarker] = field(default_factory=dict)
-    events: list[RunEvent] = field(default_factory=list)
+    events: list[SaveEvent] = field(default_factory=list)
     lease_owner: str | None = None
     lease_until: float | None = None
 
@@ -78,7 +78,7 @@ class MemoryStore:
             elif isinstance(op, CallStarted):
                 run.calls[(op.marker.step_id, op.marker.attempt)] = op.marker
             elif isinstance(op, SaveEvent):
-                run.events.append(op.event)
+                run.events.append(op)
             elif isinstance(op, CallFinished):
                 marker = run.calls.get((op.step_id, op.attempt))
                 if marker is not None:
@@ -101,7 +101,7 @@ class MemoryStore:
 
     async def load_events(self, run_id: str, *, after: int = 0) -> list[RunEvent]:
         run = self._runs.get(run_id)
-        return [] if run is None else [e for e in run.events if e.seq > after]
+        return [] if run is None else [e.to_event() for e in run.events if e.seq > after]
 
     async def acquire(self, run_id: str, *, owner: str, now: float, until: float,
                       steal_from: str | None = None) -> bool:

@@ -28,7 +28,6 @@ import uuid
 from typing import Any
 
 from orchestration.errors import RunLeased, StoreError
-from orchestration.events import RunEvent
 from orchestration.result import Attempt, StepResult
 from orchestration.state import RunState
 from orchestration.store._base import (
@@ -169,8 +168,8 @@ class RunRecorder:
         self._steps_with_attempts.add(step_id)
         self._buffer(SaveAttempt(self.run_id, step_id, attempt))
 
-    def save_event(self, event: RunEvent) -> None:
-        self._buffer(SaveEvent(self.run_id, event))
+    def save_event(self, event: SaveEvent) -> None:
+        self._buffer(event)
 
     def _buffer(self, write: Write) -> None:
         if self.store is None:

@@ -140,7 +140,7 @@ def _write_statements(batch: Iterable[Write]) -> list[Statement]:
                 (op.run_id, m.step_id, m.attempt, m.layer, json.dumps(m.params),
                  m.idempotency_key, m.started_at)))
         elif isinstance(op, SaveEvent):
-            e = op.event
+            e = op
             out.append((
                 "INSERT INTO dagwright_events (run_id, seq, type, at, data) VALUES (?, ?, ?, ?, ?) "
                 "ON CONFLICT (run_id, seq) DO NOTHING",

@@ -192,7 +192,7 @@ class RunActivities:
         await self.store.create_run(record, owner=self.owner, lease_until=now + _LEASE_FOREVER_S)
         await self.store.write([
             record, *(SaveStep(state.run_id, step) for step in state.steps.values()),
-            *(SaveEvent(state.run_id, RunEvent.model_validate(e)) for e in payload["events"])])
+            *(SaveEvent.of(RunEvent.model_validate(e)) for e in payload["events"])])
         if state.status not in ("running", "awaiting_approval"):
             await self.store.release(state.run_id, owner=self.owner)
 

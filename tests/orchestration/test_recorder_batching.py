@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from orchestration.events import RunEvent
 from orchestration.state import RunState
 from orchestration.store import open_store
+from orchestration.store._base import SaveEvent
 from orchestration.store._recorder import FLUSH_MAX, RunRecorder
 
 
@@ -19,8 +19,8 @@ def test_a_burst_of_writes_past_a_full_buffer_schedules_one_flush_not_one_per_wr
         before = len(asyncio.all_tasks())
         for number in range(FLUSH_MAX * 4):  # as many steps finishing in one loop turn
             run.event_seq += 1
-            recorder.save_event(RunEvent(run_id=run.run_id, seq=run.event_seq,
-                                         type="step_started", at=0.0, data={"n": number}))
+            recorder.save_event(SaveEvent(run.run_id, run.event_seq, "step_started", 0.0,
+                                          {"n": number}))
         scheduled = len(asyncio.all_tasks()) - before
         await asyncio.sleep(0)  # the immediate flush runs
         await asyncio.sleep(0)
