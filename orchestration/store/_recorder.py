@@ -73,18 +73,42 @@ def holder_is_dead(owner: str | None) -> bool:
     return False
 
 
-def snapshot(state: RunState) -> SaveRun:
-    """The run's own record as it is now (steps are written one by one)."""
+def snapshot(state: RunState, plan_json: str | None = None) -> SaveRun:
+    """The run's own record as it is now (steps are written one by one).
+
+    ``plan_json`` is ``state.plan`` already encoded (a run writes its record three times
+    or more and its plan, the largest part, rarely changes: see :class:`_PlanText`).
+    """
     counts: dict[str, int] = {}
     for step in state.steps.values():
         counts[step.status] = counts.get(step.status, 0) + 1
+    rest = json.dumps({**state.model_dump(mode="json", exclude={"steps", "plan"}),
+                       "step_order": list(state.steps)})
+    if plan_json is None:
+        plan_json = json.dumps(state.plan)
     return SaveRun(
         run_id=state.run_id, query=state.query, status=state.status,
         started_at=state.started_at, finished_at=state.finished_at,
-        state_json=json.dumps({**state.model_dump(mode="json", exclude={"steps"}),
-                               "step_order": list(state.steps)}),
+        state_json='{"plan": ' + plan_json + ", " + rest[1:],
         steps=counts, error=state.error,
     )
+
+
+class _PlanText:
+    """A run's plan encoded once: re-encoded only when the run holds another plan object
+    (a replan), so the three or more records a run writes do not encode a 10,000-step plan
+    each time. Holding the plan keeps its identity from being reused."""
+
+    __slots__ = ("_plan", "_text")
+
+    def __init__(self) -> None:
+        self._plan: Any = None
+        self._text = "null"
+
+    def of(self, plan: Any) -> str:
+        if plan is not self._plan:
+            self._plan, self._text = plan, json.dumps(plan)
+        return self._text
 
 
 class RunRecorder:
@@ -104,6 +128,7 @@ class RunRecorder:
         self._flush_soon = False  # an immediate flush (a full buffer) is scheduled
         self._renewer: asyncio.Task[None] | None = None
         self._steps_with_attempts: set[str] = set()
+        self._plan_text = _PlanText()
 
     # --- holding the run --------------------------------------------------------------
     async def begin(self, state: RunState) -> None:
@@ -111,7 +136,8 @@ class RunRecorder:
         if self.store is None:
             return
         now = time.time()
-        created = await self.store.create_run(snapshot(state), owner=self.owner,
+        created = await self.store.create_run(snapshot(state, self._plan_text.of(state.plan)),
+                                              owner=self.owner,
                                               lease_until=now + self.lease_s)
         if not created:
             raise RunLeased(f"run {self.run_id!r} already exists in {self.store.url}: it was "
@@ -158,7 +184,7 @@ class RunRecorder:
 
     # --- buffered writes --------------------------------------------------------------
     def save_run(self, state: RunState) -> None:
-        self._buffer(snapshot(state))
+        self._buffer(snapshot(state, self._plan_text.of(state.plan)))
 
     def save_step(self, result: StepResult) -> None:
         clears = result.id in self._steps_with_attempts
