@@ -118,11 +118,54 @@ def _check_depth(text: str | bytes, value: Any, max_depth: int) -> None:
         raise UnreadableJSON(depth_problem(max_depth))
 
 
+_FLAT_ITEMS = 32
+"""Objects with more members than this are encoded to be checked (the fast path would
+no longer be faster)."""
+_INT_BOUND = 1 << 63
+_NUMBER_CHARS = 24  # an int below 2**63 or a finite float's repr needs at most this many
+
+
+def flat_size_bound(value: Any) -> int | None:
+    """An upper bound on the encoded size of ``value`` when it is a small flat JSON object
+    that is certainly encodable — string keys; ASCII strings, bools, None, ints below
+    2**63 and finite floats as values — else None (the caller encodes to find out).
+
+    Most tool parameters and outputs are such objects; reading their types costs a
+    fraction of an encoder pass, and an ASCII string cannot hold a lone surrogate.
+    """
+    if type(value) is not dict or len(value) > _FLAT_ITEMS:
+        return None
+    size = 2
+    for key, item in value.items():
+        if type(key) is not str or not key.isascii():
+            return None
+        kind = type(item)
+        if kind is str:
+            if not item.isascii():
+                return None
+            size += len(key) + 6 * len(item) + 6  # an escaped control char is 6 (\\u0000)
+        elif kind is int:
+            if not -_INT_BOUND < item < _INT_BOUND:
+                return None
+            size += len(key) + _NUMBER_CHARS + 4
+        elif kind is float:
+            if not math.isfinite(item):
+                return None
+            size += len(key) + _NUMBER_CHARS + 4
+        elif item is None or kind is bool:
+            size += len(key) + 9
+        else:
+            return None
+    return size
+
+
 def unencodable(value: Any, max_depth: int = DEFAULT_MAX_DEPTH) -> tuple[str, str] | None:
     """Why ``value`` cannot be sent as JSON — a non-finite number, a string that is not
     valid Unicode (a lone surrogate), a type JSON lacks, or nesting deeper than
     ``max_depth`` — as ``(JSON path, problem)`` of the first offending value; None when
     it can be sent."""
+    if max_depth >= 1 and flat_size_bound(value) is not None:
+        return None
     try:
         encode(value, max_depth)
     except UnreadableJSON as exc:

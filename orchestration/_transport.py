@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from orchestration._deadlines import watchdog
-from orchestration._json import DEFAULT_MAX_DEPTH, UnreadableJSON, encode
+from orchestration._json import DEFAULT_MAX_DEPTH, UnreadableJSON, encode, flat_size_bound
 from orchestration.capability import Capability
 from orchestration.errors import ToolFailed
 from orchestration.logging_setup import protect_logger
@@ -243,6 +243,9 @@ class ToolTransport:
         """A Python tool's result under the rules an HTTP reply meets: JSON (finite
         numbers, valid text, at most ``max_json_depth`` deep) and at most
         ``max_response_bytes`` as JSON text."""
+        bound = flat_size_bound(value) if self.max_json_depth >= 1 else None
+        if bound is not None and bound <= self.max_response_bytes:
+            return CallResult(data=value)  # a small flat object: certainly fits
         try:
             size = len(encode(value, self.max_json_depth))
         except UnreadableJSON as exc:

@@ -174,3 +174,33 @@ def test_a_reply_within_the_limit_is_read_whole(hostile_tool: HostileTool) -> No
     result = orch(catalog, [plan], max_response_bytes=10_000).run("q")
     assert result.status == "succeeded", result.error
     assert result.steps["a"].output == {"v": "y" * 5000}
+
+
+@pytest.mark.parametrize(("output", "code"), [
+    ({"v": float("nan")}, "NOT_JSON_SERIALISABLE"),
+    ({"v": "\ud800"}, "NOT_JSON_SERIALISABLE"),
+    ({"v": {1, 2}}, "NOT_JSON_SERIALISABLE"),
+    ({"v": "x" * 20_000}, "RESPONSE_TOO_LARGE"),
+    ({"v": "\x00" * 2_000}, "RESPONSE_TOO_LARGE"),  # 2,000 chars, 12,000 bytes escaped
+    ({"v": 10 ** 30000}, "NOT_JSON_SERIALISABLE"),  # past Python's int-to-text limit
+])
+def test_a_small_flat_python_tool_output_meets_the_same_rules(output: Any, code: str) -> None:
+    """Small flat objects skip the encoder pass when their types prove them encodable; the
+    ones that do not (a non-finite number, a lone surrogate, a set, too large once
+    escaped, a huge int) are still refused."""
+    catalog = Catalog()
+    catalog.add_function(lambda: output, tool="t", capability="flat")
+    plan = {"steps": [{"id": "a", "tool": "t", "capability": "flat"}]}
+    result = orch(catalog, [], max_response_bytes=10_000).run("q", plan=plan)
+    error = result.steps["a"].error
+    assert error is not None and error.code == code, error
+
+
+def test_a_small_flat_output_within_the_limit_passes_as_is() -> None:
+    output = {"s": "café"[:3], "i": 2**62, "f": 0.5, "b": True, "n": None, "u": "ünï"}
+    catalog = Catalog()
+    catalog.add_function(lambda: output, tool="t", capability="flat")
+    plan = {"steps": [{"id": "a", "tool": "t", "capability": "flat"}]}
+    result = orch(catalog, [], max_response_bytes=10_000).run("q", plan=plan)
+    assert result.status == "succeeded", result.error
+    assert result.steps["a"].output == output
