@@ -54,6 +54,9 @@ class DeadlineScope:
         self.done = True
         if not self.expired:  # an expired scope has left the heap already
             self._watchdog._finished += 1
+            # the scope stays in the heap until its time passes or the heap is compacted:
+            # it must not keep its task (and all the task's frames hold) alive till then
+            self._task = None
         else:
             assert self._task is not None
             if self._task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:

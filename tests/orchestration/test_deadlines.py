@@ -113,3 +113,26 @@ def test_outside_a_task_a_scope_refuses_to_start() -> None:
             Watchdog(loop).deadline(0).__enter__()
     finally:
         loop.close()
+
+
+def test_a_scope_left_in_time_does_not_keep_its_task_alive() -> None:
+    """A scope stays in the heap until its time; the finished task (and all its frames
+    hold: a step's params and output) must be freed long before then."""
+    import gc
+    import weakref
+
+    async def step() -> None:
+        with watchdog().deadline(asyncio.get_running_loop().time() + 3600):
+            await asyncio.sleep(0)
+
+    async def main() -> bool:
+        task = asyncio.get_running_loop().create_task(step())
+        await task
+        ref = weakref.ref(task)
+        del task
+        for _ in range(3):  # let the loop drop its own callbacks that hold the task
+            await asyncio.sleep(0)
+        gc.collect()
+        return ref() is None
+
+    assert asyncio.run(main())
