@@ -43,6 +43,9 @@ CHANGES: tuple[tuple[str, str], ...] = (
     ("429ef80", "streaming plan execution merged (no change expected on `plan=` runs)"),
     ("bcdb34c", "run events kept as plain records; the pydantic event built only when read"),
     ("e6401b7", "the run record encodes its plan once per plan"),
+    ("2eea84f", "a small flat object's types prove it encodable (no encoder pass)"),
+    ("1186177", "deadline scopes let go of their task on exit"),
+    ("8d7ac63", "scheduler: a pool of workers started on demand, not a task per step"),
 )
 
 PROBE = r'''
