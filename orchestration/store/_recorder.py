@@ -218,8 +218,6 @@ class RunRecorder:
     async def _flush_later(self, delay: float) -> None:
         if delay:
             await asyncio.sleep(delay)
-        else:
-            self._flush_soon = False
         self._flusher = None
         try:
             await self.flush()
@@ -251,6 +249,10 @@ class RunRecorder:
         if self.store is None:
             return
         async with self._flush_lock:
+            # the immediate flush that was asked for takes its batch now: only from here
+            # on may a full buffer ask for another (while a slow write holds the lock,
+            # writes keep coming; each must not schedule a flush of its own)
+            self._flush_soon = False
             batch, self._pending = self._pending, []
             if not batch:
                 return

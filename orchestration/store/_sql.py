@@ -90,12 +90,22 @@ def masked_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def _write_groups(batch: Iterable[Write]) -> list[tuple[str, list[Sequence[Any]]]]:
+_encode_event_data = json.JSONEncoder(default=str).encode
+"""An event's data as JSON (anything else as text). One encoder for every event:
+``json.dumps(..., default=str)`` builds a new encoder on each call."""
+
+
+def _write_groups(batch: list[Write]) -> list[tuple[str, list[Sequence[Any]]]]:
     """The SQL of a batch of writes (``?`` placeholders), in order, consecutive runs of the
     same statement grouped so that each group goes to the database in one
     ``executemany`` (one round trip per group with psycopg's pipeline mode)."""
     groups: list[tuple[str, list[Sequence[Any]]]] = []
-    for sql, params in _write_statements(batch):
+    # events only ever insert rows of their own table: they go in one group after the
+    # rest (same transaction), instead of splitting every step's writes into groups of
+    # one — a round trip each on PostgreSQL (+200 µs/step for a 1,000-step run)
+    events = [op for op in batch if isinstance(op, SaveEvent)]
+    others = [op for op in batch if not isinstance(op, SaveEvent)] if events else batch
+    for sql, params in [*_write_statements(others), *_write_statements(events)]:
         if groups and groups[-1][0] == sql:
             groups[-1][1].append(params)
         else:
@@ -144,7 +154,7 @@ def _write_statements(batch: Iterable[Write]) -> list[Statement]:
             out.append((
                 "INSERT INTO dagwright_events (run_id, seq, type, at, data) VALUES (?, ?, ?, ?, ?) "
                 "ON CONFLICT (run_id, seq) DO NOTHING",
-                (e.run_id, e.seq, e.type, e.at, json.dumps(e.data, default=str))))
+                (e.run_id, e.seq, e.type, e.at, _encode_event_data(e.data))))
         elif isinstance(op, CallFinished):
             out.append((
                 "UPDATE dagwright_calls SET finished_at = ? "
