@@ -16,6 +16,7 @@ from benchmarks import (
     bfcl_rates,
     common,
     http_calls,
+    lean_path,
     llm_sim,
     recovery,
     scale_out,
@@ -64,6 +65,12 @@ def test_scheduler_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     body = section(report, "scheduler")
     assert_preamble(body, "scheduler")
     assert "| 24 |" in body and "### Makespan over critical path" in body
+    # the headline: the tracing configurations and the planner path, each with a verdict
+    assert re.search(r"tracing\s+24 steps: SDK sampled [\d.-]+ µs/step over the floor; every "
+                     r"span [\d.]+× the floor; no-op [\d.]+×; planner path [\d.-]+ \(streamed "
+                     r"[\d.-]+\)", out)
+    assert "### Overhead per step by tracing configuration (headline)" in body
+    assert "**Headline — real SDK `TracerProvider`, head sampling" in body
 
 
 def test_http_calls_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -219,3 +226,24 @@ def test_streaming_plan_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert_preamble(body, "streaming_plan")
     assert re.search(r"\| openai \| streamed \| [\d.]+ \| [\d.]+ \| first call [\d.]+× sooner", body)
     assert "| anthropic | whole |" in body
+
+
+def test_lean_path_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The per-change probe at this checkout's HEAD, in a worktree of its own."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None or subprocess.run(
+            ["git", "-C", str(common.REPO_ROOT), "rev-parse", "HEAD"],
+            capture_output=True).returncode != 0:
+        pytest.skip("needs git and the repository's history (run from a clone)")
+    report = tmp_path / "bench.md"
+    argv = ["--quick", "--commits", "HEAD", "--steps", "50", "--repeats", "1",
+            "--report", str(report)]
+    assert lean_path.main(argv) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"HEAD: floor [\d.]+ µs/step; overhead SDK sampled [\d.-]+, every span "
+                     r"[\d.-]+, no-op [\d.-]+ µs/step", out)
+    body = section(report, "lean_path")
+    assert_preamble(body, "lean_path")
+    assert re.search(r"\| `HEAD` \|  \| [\d.]+ \| [\d.-]+ \| — \|", body)
