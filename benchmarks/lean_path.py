@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,8 @@ CHANGES: tuple[tuple[str, str], ...] = (
     ("2eea84f", "a small flat object's types prove it encodable (no encoder pass)"),
     ("1186177", "deadline scopes let go of their task on exit"),
     ("8d7ac63", "scheduler: a pool of workers started on demand, not a task per step"),
+    ("e9ef6b1", "run store: events in one write group per flush (no effect on `memory://`)"),
+    ("37d8944", "planner: rendered signatures kept per capability (no effect on `plan=` runs)"),
 )
 
 PROBE = r'''
@@ -101,24 +104,50 @@ asyncio.run(main())
 '''
 
 
-def measure(repo: Path, commit: str, steps: int, repeats: int) -> dict[str, float]:
-    """The probe's medians (µs/step) at ``commit``, in a worktree of its own."""
+def at_commit(repo: Path, commit: str, argv: list[str]) -> str:
+    """What ``python argv…`` prints when run in a worktree of ``commit`` (its own engine
+    and benchmark scripts), the worktree removed after."""
     with tempfile.TemporaryDirectory(prefix="dagwright-lean-") as tmp:
         tree = Path(tmp) / "tree"
         subprocess.run(["git", "-C", str(repo), "worktree", "add", "-q", "--detach", str(tree),
                         commit], check=True)
         try:
             env = {**os.environ, "PYTHONPATH": str(tree)}
-            out = subprocess.run([sys.executable, "-c", PROBE, str(steps), str(repeats)],
-                                 cwd=tree, env=env, check=True, capture_output=True, text=True)
-            return json.loads(out.stdout.strip().splitlines()[-1])
+            out = subprocess.run([sys.executable, *argv], cwd=tree, env=env, check=True,
+                                 capture_output=True, text=True)
+            return out.stdout
         finally:
             subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)],
                            check=False)
 
 
+def measure(repo: Path, commit: str, steps: int, repeats: int) -> dict[str, float]:
+    """The probe's medians (µs/step) at ``commit``."""
+    out = at_commit(repo, commit, ["-c", PROBE, str(steps), str(repeats)])
+    return json.loads(out.strip().splitlines()[-1])
+
+
+_THROUGHPUT_LINE = re.compile(
+    r"N=\s*(\d+):\s+([\d.]+) runs/s, wall [\d.]+ s, p50 ([\d.]+) s, p95 ([\d.]+) s "
+    r"\(solo ([\d.]+) s\), CPU ([\d.]+) ms/run")
+
+
+def concurrent_runs(repo: Path, commit: str, level: int) -> dict[str, float]:
+    """``benchmarks.throughput`` at ``commit`` with ``level`` concurrent runs: runs/s, p50
+    and p95 latency, a lone run's latency and CPU per run (the plan from the scripted
+    planner, as that script runs it)."""
+    out = at_commit(repo, commit, ["-m", "benchmarks.throughput", "--no-report",
+                                   "--levels", str(level)])
+    found = _THROUGHPUT_LINE.search(out)
+    if found is None:
+        raise RuntimeError(f"benchmarks.throughput at {commit} printed no figures:\n{out}")
+    runs_s, p50, p95, solo, cpu = map(float, found.groups()[1:])
+    return {"runs_s": runs_s, "p50_s": p50, "p95_s": p95, "solo_s": solo, "cpu_ms": cpu}
+
+
 def render(argv: list[str], facts: dict[str, Any], steps: int,
-           rows: list[tuple[str, str, dict[str, float]]]) -> str:
+           rows: list[tuple[str, str, dict[str, float]]],
+           concurrent: dict[str, dict[str, float]] | None = None, level: int = 0) -> str:
     parts = [common.section_preamble("Lean hot path: what each change saved", "lean_path",
                                      argv, facts)]
     parts.append(
@@ -155,6 +184,18 @@ def render(argv: list[str], facts: dict[str, Any], steps: int,
             f" µs/step, every span {first['sdk_all'] - first['floor']:.0f} → "
             f"{last['sdk_all'] - last['floor']:.0f}, no-op {first['noop'] - first['floor']:.0f} → "
             f"{last['noop'] - last['floor']:.0f} µs/step over the floor.\n")
+    if concurrent:
+        parts.append(f"### {level:,} concurrent runs, before and after\n")
+        parts.append(
+            f"`python -m benchmarks.throughput --levels {level}` (planning by the scripted "
+            "model with 200 ms latency, four steps, synthesis; one event loop) at the first "
+            "and the last commit above, in this run. The loop is CPU-bound at this level, so "
+            "latency is the CPU per run times the queue of runs ahead.\n")
+        parts.append(common.md_table(
+            ["commit", "runs/s", "p50 latency s", "p95 latency s", "a lone run s",
+             "CPU ms/run"],
+            [[f"`{c}`", common.fmt(m["runs_s"]), f"{m['p50_s']:.2f}", f"{m['p95_s']:.2f}",
+              f"{m['solo_s']:.2f}", f"{m['cpu_ms']:.2f}"] for c, m in concurrent.items()]) + "\n")
     return "\n".join(parts)
 
 
@@ -165,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     common.add_report_arguments(parser)
     parser.add_argument("--steps", type=int, help="DAG size (default 1000)")
     parser.add_argument("--repeats", type=int, help="interleaved repeats per commit (default 7)")
+    parser.add_argument("--concurrent", type=int, default=1000,
+                        help="concurrent runs for the before/after throughput (0: skip)")
     parser.add_argument("--commits", type=lambda s: s.split(","),
                         help="comma-separated commits to measure (default: the listed changes)")
     args = parser.parse_args(argv)
@@ -180,9 +223,16 @@ def main(argv: list[str] | None = None) -> int:
               f"{m['sdk_sampled'] - m['floor']:.1f}, every span {m['sdk_all'] - m['floor']:.1f}, "
               f"no-op {m['noop'] - m['floor']:.1f} µs/step", flush=True)
         rows.append((commit, labels.get(commit, ""), m))
+    concurrent: dict[str, dict[str, float]] = {}
+    level = 0 if args.quick else args.concurrent
+    if level and len(commits) > 1:
+        for commit in (commits[0], commits[-1]):
+            concurrent[commit] = figures = concurrent_runs(common.REPO_ROOT, commit, level)
+            print(f"{commit}: {level} concurrent runs: {figures['runs_s']:.1f} runs/s, p50 "
+                  f"{figures['p50_s']:.2f} s, CPU {figures['cpu_ms']:.2f} ms/run", flush=True)
     if not args.no_report:
         common.write_section(args.report, "lean_path",
-                             render(argv, common.machine_facts(), steps, rows))
+                             render(argv, common.machine_facts(), steps, rows, concurrent, level))
         print(f"wrote the lean_path section of {args.report}")
     return 0
 
