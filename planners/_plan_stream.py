@@ -40,6 +40,11 @@ from planners._step_scanner import ScannedStep, StepScanner
 __all__ = ["PlanStream", "StepListener"]
 
 
+_HOLD_MAX_CHARS = 4096
+"""Held text past this is scanned anyway: the scanner's bounds (an element too long, too
+deep) then act on an answer that never closes a brace, and memory stays bounded."""
+
+
 class StepListener(Protocol):
     """Who acts on the steps of a plan while it streams (the engine starts them early).
 
@@ -68,12 +73,30 @@ class PlanStream:
         self._accepted: dict[str, Step] = {}
         self._seen: set[str] = set()
         self._waiting: dict[str, tuple[Step, set[str]]] = {}  # with its dependencies
+        self._held: list[str] = []  # pieces not scanned yet (no closing brace among them)
+        self._held_chars = 0
 
     def feed(self, piece: str) -> list[Step]:
-        """The steps that ``piece`` (the next text of the answer) made ready, in order."""
+        """The steps that ``piece`` (the next text of the answer) made ready, in order.
+
+        A step can only complete on a closing brace, so pieces without one are held and
+        scanned together with the next piece that has one: a model's stream is a few
+        characters a piece, and the scanner's cost is mostly per call, not per character.
+        (Text still held when the answer ends is read by the final parse, which is what
+        accepts or refuses the plan.)
+        """
         ready: list[Step] = []
         if self.doomed is not None:
             return ready
+        if "}" not in piece and self._held_chars + len(piece) <= _HOLD_MAX_CHARS:
+            self._held.append(piece)
+            self._held_chars += len(piece)
+            return ready
+        if self._held:
+            self._held.append(piece)
+            piece = "".join(self._held)
+            self._held.clear()
+            self._held_chars = 0
         for scanned in self.scanner.feed(piece):
             self._take(scanned, ready)
             if self.doomed is not None:
