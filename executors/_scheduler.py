@@ -136,7 +136,10 @@ class _DagRun:
                 result = await self.run_step(step_id)
             finally:
                 self.busy -= 1
-            self._settle(step_id, result)
+            # this worker takes the first step its own made ready: others are woken (or
+            # started) only for the rest
+            for _ in range(self._settle(step_id, result) - 1):
+                self._wake_or_spawn()
             self._check_finished()
 
     def _may_start(self, step_id: str) -> bool:
@@ -152,19 +155,22 @@ class _DagRun:
         self._skip_downstream(step_id, "did not run")
         return False
 
-    def _settle(self, step_id: str, result: StepResult) -> None:
-        """Record a finished step and make ready what it unblocks."""
+    def _settle(self, step_id: str, result: StepResult) -> int:
+        """Record a finished step and make ready what it unblocks; returns how many steps
+        it made ready (the caller finds them workers)."""
         self.results[step_id] = result
+        unblocked = 0
         if result.status == "succeeded":
             for successor in self.plan.graph.successors(step_id):
                 self.waiting[successor] -= 1
                 if self.waiting[successor] == 0 and successor not in self.results:
                     self.ready.append(successor)
-                    self._wake_or_spawn()
+                    unblocked += 1
         elif result.status != "awaiting_approval":
             # a paused step's descendants simply wait (no result): they run once a
             # person approves it, or are skipped when it is rejected
             self._skip_downstream(step_id, result.status)
+        return unblocked
 
     def _serve_ready(self) -> None:
         """A worker for each ready step, as far as the bound allows."""
