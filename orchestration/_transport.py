@@ -292,7 +292,7 @@ class ToolTransport:
             request = client.build_request(
                 capability.method, url, headers=headers, params=query_params, content=body,
                 timeout=timeout_s, extensions={"trace": _async_trace(on_progress)})
-            async with asyncio.timeout(timeout_s):
+            with watchdog().deadline(asyncio.get_running_loop().time() + timeout_s):
                 response = await client.send(request, stream=True)
                 try:
                     raw = await self._read_body(response)
