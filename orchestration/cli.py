@@ -272,7 +272,8 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     configure_logging(config)
     provider = tracer_provider_from_config(config)
     port = args.metrics_port if args.metrics_port is not None else config.metrics_port
-    metrics_server = serve_metrics(port) if port is not None else None
+    metrics_server = (serve_metrics(port, addr=config.metrics_host) if port is not None
+                      else None)
     try:
         orch = Orchestrator.from_env(config=config, catalog=catalog, tracer_provider=provider)
         _use_redactor(out, orch.redactor)

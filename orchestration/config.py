@@ -278,6 +278,9 @@ class OrchestratorConfig(BaseSettings):
         "none", description="Span exporter the CLI installs (a library user brings their own)."
     )
     metrics_port: int | None = Field(None, description="Serve /metrics on this port (CLI).")
+    metrics_host: str = Field(
+        "127.0.0.1", description="Address /metrics listens on (CLI and worker): loopback "
+        "unless set, e.g. 0.0.0.0 in a container Prometheus scrapes from outside.")
     log_format: Literal["text", "json"] = Field("text", description="Log record format.")
     log_level: str = Field("INFO", description="Log level of the CLI.")
     llm_debug_enabled: bool = Field(False, description="Keep full LLM prompts and answers.")

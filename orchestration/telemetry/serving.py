@@ -61,9 +61,12 @@ def multiprocess_registry(path: str | None = None) -> CollectorRegistry:
 
 
 def serve_metrics(
-    port: int, registry: CollectorRegistry | None = None, *, addr: str = "0.0.0.0"
+    port: int, registry: CollectorRegistry | None = None, *, addr: str = "127.0.0.1"
 ) -> MetricsServer:
     """Serve ``registry`` (default: the process's, or all workers' in multiprocess mode).
+
+    It listens on loopback unless ``addr`` says otherwise (``"0.0.0.0"`` for every
+    interface): metrics name tools and error rates, not for every network by default.
 
     ``port=0`` picks a free port (see :attr:`MetricsServer.port`).
     """

@@ -147,7 +147,8 @@ def serve(config: OrchestratorConfig, *, identity: str | None = None,
     configure_logging(config)
     catalog = Catalog.from_file(config.catalog)
     provider = tracer_provider_from_config(config)
-    metrics = serve_metrics(config.metrics_port) if config.metrics_port is not None else None
+    metrics = (serve_metrics(config.metrics_port, addr=config.metrics_host)
+               if config.metrics_port is not None else None)
     stream = out or sys.stderr
     try:
         asyncio.run(_serve(config, catalog, identity, provider, stream))

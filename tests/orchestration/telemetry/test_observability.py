@@ -432,6 +432,48 @@ def test_serve_metrics_exposes_a_registry_over_http(registry: CollectorRegistry,
     assert 'orchestration_tool_errors_total{capability="lookup",category="AUTH_ERROR",tool="stocks"} 1.0' in body
 
 
+def test_serve_metrics_listens_on_loopback_unless_told(registry: CollectorRegistry) -> None:
+    server = serve_metrics(0, registry)
+    try:
+        assert server.url.startswith("http://127.0.0.1:")
+        assert httpx.get(server.url, timeout=5).status_code == 200
+    finally:
+        server.close()
+
+
+def test_the_cli_serves_metrics_on_orch_metrics_host(
+    demo_tools: DemoTools, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    """`dagwright run --metrics-port` listens where ORCH_METRICS_HOST says (loopback by
+    default), not on every interface."""
+    import orchestration.telemetry as telemetry
+
+    seen: list[str] = []
+    real = telemetry.serve_metrics
+
+    def recording(port: int, registry: CollectorRegistry | None = None, *,
+                  addr: str = "127.0.0.1") -> Any:
+        seen.append(addr)
+        return real(port, registry, addr="127.0.0.1")  # tests listen on loopback only
+
+    monkeypatch.setattr(telemetry, "serve_metrics", recording)
+    script = tmp_path / "script.json"
+    plan = {"steps": [{"id": "q", "tool": "stocks", "capability": "quote",
+                       "params": {"symbol": "NVDA"}}]}
+    script.write_text(json.dumps([plan, plan]))
+    catalog_file = tmp_path / "catalog.json"
+    catalog_file.write_text(json.dumps(demo_tools.catalog_dict()))
+    for name, value in {"ORCH_LLM_PROVIDER": "scripted", "ORCH_LLM_SCRIPT": str(script),
+                        "ORCH_CATALOG": str(catalog_file), "ORCH_SYNTHESIS_ENABLED": "false",
+                        "ORCH_STORE_URL": "memory://"}.items():
+        monkeypatch.setenv(name, value)
+    assert cli_main(["run", "q", "--json", "--metrics-port", "0"], out=io.StringIO()) == 0
+    monkeypatch.setenv("ORCH_METRICS_HOST", "0.0.0.0")
+    monkeypatch.setenv("ORCH_METRICS_PORT", "0")
+    assert cli_main(["run", "q", "--json"], out=io.StringIO()) == 0
+    assert seen == ["127.0.0.1", "0.0.0.0"]
+
+
 # --------------------------------------------------------------------------- logs
 
 
