@@ -98,6 +98,9 @@ class StepRunner:
         self.handlers = handlers
         self.resume = resume or ResumePoint()
         self._stopped: dict[str, StepResult] = {}  # steps their run's cancellation stopped
+        # the run's outputs dict (filled in place as steps finish): read here once, not
+        # through the model's private-attribute lookup at every bind
+        self._outputs = run.outputs
 
     async def run_step(self, step_id: str) -> StepResult:
         """Run ``step_id`` to its end; a failure is a failed result, never an exception."""
@@ -221,6 +224,7 @@ class StepRunner:
                 step.retry, source=f"step {step.id!r} ({capability.key}) retry overrides")
         return StepState(step=step, capability=capability, plan=self.plan, run=self.run,
                          services=services, settings=settings, retry_policy=policy,
+                         prepared=prepared,
                          attempts=list(self.resume.attempts.get(step.id, ())))
 
     # --- the attempt loop ---------------------------------------------------------------
@@ -242,7 +246,7 @@ class StepRunner:
             attempt, output = await self._attempt(state, decision, deadline,
                                                   key=resend.idempotency_key)
         else:
-            bound = bind(state.step.params, self.run.outputs, self.plan.parsed)
+            bound = bind(state.step.params, self._outputs, self.plan.parsed)
             if isinstance(bound, StepError):
                 decision = Decision(params=dict(state.step.params), layer="plan")
                 state.params = decision.params
@@ -294,8 +298,7 @@ class StepRunner:
                 await self.services.clock.sleep(decision.delay_s)
             prepared = self._prepare(state, decision)
             if decision.grounding is not None:
-                provenance = self._ground(state, decision, prepared,
-                                          self.capabilities.get(state.capability),
+                provenance = self._ground(state, decision, prepared, self._compiled(state),
                                           len(state.attempts) + 1)
             if prepared.error is not None:
                 assert state.observation is not None
@@ -357,7 +360,7 @@ class StepRunner:
     def _prepare(self, state: StepState, decision: Decision) -> PreparedCall:
         """The prepare stage (layer 2, validation), with what it changed reported."""
         number = len(state.attempts) + 1
-        prepared = self.capabilities.get(state.capability).prepare(
+        prepared = self._compiled(state).prepare(
             decision.params, coerce=state.settings.type_coercion_enabled,
             max_depth=self.services.config.max_json_depth)
         observation = state.observation
@@ -368,6 +371,12 @@ class StepRunner:
                 "coercion.paths": ",".join(c.path for c in prepared.coercions)})
         state.params = prepared.params
         return prepared
+
+    def _compiled(self, state: StepState) -> PreparedCapability:
+        """The step's capability with its compiled checks (kept on the step's state)."""
+        if state.prepared is None:
+            state.prepared = self.capabilities.get(state.capability)
+        return state.prepared
 
     @staticmethod
     def _blocked(state: StepState, prepared: PreparedCall) -> StepError | None:

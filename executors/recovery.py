@@ -28,6 +28,7 @@ from orchestration.services import RunServices
 from orchestration.state import RunState
 
 if TYPE_CHECKING:
+    from executors._prepare import PreparedCapability
     from orchestration.telemetry._observer import StepObservation
 
 __all__ = ["Claim", "Decision", "GiveUp", "Grounding", "RecoveryHandler", "StepState",
@@ -104,6 +105,8 @@ class StepState:
     settings: LayerSettings
     retry_policy: RetryPolicy
     observation: StepObservation | None = None
+    prepared: PreparedCapability | None = None
+    """The capability's compiled checks (coercer, validator), looked up once per step."""
     attempts: list[Attempt] = field(default_factory=list)
     params: dict[str, Any] | None = None
     counters: dict[str, int] = field(default_factory=dict)

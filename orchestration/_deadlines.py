@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import itertools
 import weakref
 from types import TracebackType
 
@@ -34,9 +35,6 @@ class DeadlineScope:
         self.expired = False
         self._task: asyncio.Task[object] | None = None
         self._cancelling = 0
-
-    def __lt__(self, other: DeadlineScope) -> bool:  # heap order: earliest first
-        return self.when < other.when
 
     def __enter__(self) -> DeadlineScope:
         task = asyncio.current_task()
@@ -79,7 +77,9 @@ class Watchdog:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._heap: list[DeadlineScope] = []
+        # (when, order of entry, scope): compared as tuples in C, earliest first
+        self._heap: list[tuple[float, int, DeadlineScope]] = []
+        self._entries = itertools.count()
         self._timer: asyncio.TimerHandle | None = None
         self._armed_for = float("inf")
         self._finished = 0  # scopes left but still in the heap
@@ -92,10 +92,10 @@ class Watchdog:
     def _add(self, scope: DeadlineScope) -> None:
         heap = self._heap
         if self._finished > self._COMPACT_AT and self._finished * 2 > len(heap):
-            heap[:] = [s for s in heap if not s.done]
+            heap[:] = [entry for entry in heap if not entry[2].done]
             heapq.heapify(heap)
             self._finished = 0
-        heapq.heappush(heap, scope)
+        heapq.heappush(heap, (scope.when, next(self._entries), scope))
         if scope.when < self._armed_for:
             self._arm(scope.when)
 
@@ -112,25 +112,35 @@ class Watchdog:
         self._timer = None
         self._armed_for = float("inf")
         heap = self._heap
-        while heap and (heap[0].done or heap[0].when <= due):
-            scope = heapq.heappop(heap)
+        while heap and (heap[0][2].done or heap[0][0] <= due):
+            scope = heapq.heappop(heap)[2]
             if scope.done:
                 self._finished -= 1
             elif scope._task is not None and not scope._task.done():
                 scope.expired = True
                 scope._task.cancel()
         if heap:
-            self._arm(heap[0].when)
+            self._arm(heap[0][0])
 
 
 _WATCHDOGS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Watchdog] = (
     weakref.WeakKeyDictionary())
 
 
+_last: tuple[asyncio.AbstractEventLoop | None, Watchdog | None] = (None, None)
+"""The loop asked about last and its watchdog: nearly every call asks about the same loop,
+so the weak mapping is consulted only when the loop changes."""
+
+
 def watchdog() -> Watchdog:
     """The watchdog of the running event loop (made on first use)."""
+    global _last
     loop = asyncio.get_running_loop()
+    last_loop, found = _last
+    if last_loop is loop and found is not None:
+        return found
     found = _WATCHDOGS.get(loop)
     if found is None:
         found = _WATCHDOGS[loop] = Watchdog(loop)
+    _last = (loop, found)
     return found

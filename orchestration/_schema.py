@@ -186,7 +186,8 @@ def _enum(members: list[Any]) -> Accept:
 
 
 def _required(names: tuple[str, ...]) -> Accept:
-    return lambda v: not isinstance(v, dict) or all(n in v for n in names)
+    needed = frozenset(names)
+    return lambda v: not isinstance(v, dict) or needed <= v.keys()
 
 
 def _properties(members: dict[str, Accept]) -> Accept:
@@ -203,8 +204,11 @@ def _properties(members: dict[str, Accept]) -> Accept:
 
 
 def _additional(known: frozenset[str], extra: Accept | None) -> Accept:
+    if extra is None:  # additionalProperties: false
+        return lambda v: not isinstance(v, dict) or v.keys() <= known
+
     return lambda v: not isinstance(v, dict) or all(
-        name in known or (extra is not None and extra(item)) for name, item in v.items())
+        name in known or extra(item) for name, item in v.items())
 
 
 def _items(each: Accept) -> Accept:

@@ -35,7 +35,7 @@ def test_a_scope_left_in_time_changes_nothing_and_many_share_one_timer() -> None
         results = list(await asyncio.gather(*(one(i) for i in range(100))))
         results += [await one(i) for i in range(100, 5000)]
         dog = watchdog()
-        return results, len(dog._heap), sum(1 for s in dog._heap if not s.done)
+        return results, len(dog._heap), sum(1 for entry in dog._heap if not entry[2].done)
 
     results, kept, open_scopes = asyncio.run(main())
     assert results == list(range(5000))
