@@ -40,7 +40,10 @@ __all__ = ["ScannedStep", "StepScanner"]
 
 _OPENING = re.compile(r"[{\[]")
 _STRUCTURE = re.compile(r'["{}\[\]:,]')
-_BRACKETS = re.compile(r'["{}\[\]]')  # inside a step: only strings and brackets matter
+_ELEMENT_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|(\\?)\Z)|[{}\[\]]', re.DOTALL)
+"""Inside a step only strings and brackets matter: a bracket, or a whole string in one
+match — closed, or cut by the end of the piece (group 1 then holds the lone backslash
+the piece may end on, an escape the next piece completes)."""
 _STRING_STOP = re.compile(r'["\\]')
 _NOT_SPACE = re.compile(r"\S")
 _STEP_ARRAY_PATHS = frozenset({(), ("steps",), ("plan",), ("plan", "steps")})
@@ -141,10 +144,16 @@ class StepScanner:
                     break
                 i = found.start()
             inside = self._steps_level is not None and len(self._stack) > self._steps_level
-            token = (_BRACKETS if inside else _STRUCTURE).search(piece, i)
+            token = (_ELEMENT_TOKEN if inside else _STRUCTURE).search(piece, i)
             if token is None:
                 break
-            char, at, i = token.group(), token.start(), token.end()
+            at, i = token.start(), token.end()
+            char = piece[at]
+            if inside and char == '"':  # a string inside a step, skipped in one match
+                cut = token.group(1)
+                if cut is not None:  # it goes on in the next piece
+                    self._in_string, self._escape = True, cut == "\\"
+                continue
             top = self._stack[-1] if self._stack else None
             if char == '"':
                 self._in_string = True
