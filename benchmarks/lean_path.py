@@ -49,6 +49,13 @@ CHANGES: tuple[tuple[str, str], ...] = (
     ("8d7ac63", "scheduler: a pool of workers started on demand, not a task per step"),
     ("e9ef6b1", "run store: events in one write group per flush (no effect on `memory://`)"),
     ("37d8944", "planner: rendered signatures kept per capability (no effect on `plan=` runs)"),
+    ("1462388", "run store: event rows encoded by pydantic-core (no effect on `memory://`)"),
+    ("2b81ff2", "deadline heap compared in C, the loop's watchdog remembered, a step's compiled "
+                "capability looked up once"),
+    ("4174ca1", "run outputs read without the model's `__getattr__` fallback (~1.3 µs, twice "
+                "per step)"),
+    ("a06c01a", "plan stream scanner skips whole strings (no effect on `plan=` runs)"),
+    ("659907f", "compiled valid check: allOf of two or three keywords spelled out"),
 )
 
 PROBE = r'''
