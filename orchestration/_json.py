@@ -54,6 +54,11 @@ def _finite_float(text: str) -> float:
     return value
 
 
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+_FINITE_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
+"""``decode``'s decoders for text, made once (``json.loads`` with arguments makes one per
+call); the second where a float may overflow to infinity."""
+
 # Only a literal with a 3-digit exponent or 309+ digits can overflow to infinity; checking
 # every float with a Python hook costs more than the decode itself, so the hook is used
 # only on text where this finds a candidate.
@@ -88,8 +93,11 @@ def decode(text: str | bytes, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
     overflow = (_MAY_OVERFLOW_BYTES.search(text) if isinstance(text, bytes)
                 else _MAY_OVERFLOW.search(text))
     try:
-        value = json.loads(text, parse_constant=_refuse_constant,
-                           parse_float=_finite_float if overflow else None)
+        if isinstance(text, str):  # the decoders made once, not one per call as json.loads
+            value = (_FINITE_DECODER if overflow else _DECODER).decode(text)
+        else:  # bytes: json.loads detects their encoding
+            value = json.loads(text, parse_constant=_refuse_constant,
+                               parse_float=_finite_float if overflow else None)
     except RecursionError:
         raise UnreadableJSON(depth_problem(max_depth)) from None
     except UnreadableJSON:
