@@ -20,9 +20,9 @@ waits for the validated plan, so nothing a rejected plan asked for can have chan
 anything; the price of a rejected plan is the idempotent calls made for it.
 
 **What a started step does** is what it would do in the plan: the same step runner
-(layers, retries, deadline), given the part of the plan it depends on. That part is
-complete and final once the step is ready: a step's edges are written in the step
-itself, and its ancestors were ready before it.
+(layers, retries, deadline), given the early steps as one plan that grows as they
+arrive. The part of it a step depends on is complete and final once the step is ready:
+a step's edges are written in the step itself, and its ancestors were ready before it.
 
 **Recording.** Results go into the run as they finish (later steps bind to their
 outputs) and ``step_finished`` is emitted, but nothing reaches the run store before the
@@ -49,12 +49,10 @@ import contextvars
 from collections import deque
 from typing import TYPE_CHECKING
 
-import networkx as nx
-
 from executors._executor import failed_by_bug
 from executors._step_runner import StepRunner
 from orchestration.capability import Capability
-from orchestration.plan import Plan, Step, ValidatedPlan
+from orchestration.plan import Step, ValidatedPlan
 from orchestration.result import StepResult
 from orchestration.services import RunServices
 from orchestration.state import RunState
@@ -86,6 +84,8 @@ class EarlySteps:
         self._context = contextvars.copy_context()
         self._steps: dict[str, Step] = {}
         self._early: set[str] = set()  # steps that may start early
+        # the early steps as one plan, grown as they arrive: what their runners share
+        self._plan = ValidatedPlan.growing()
         self._blocked: dict[str, set[str]] = {}  # dependencies not yet succeeded
         self._dependents: dict[str, list[str]] = {}
         self._ready: deque[str] = deque()
@@ -111,6 +111,7 @@ class EarlySteps:
                for d in dependencies):
             return  # it will be skipped; the scheduler says why
         self._early.add(step.id)
+        self._plan.add_step(step, sorted(dependencies))
         waiting = {d for d in dependencies if d not in self._results}
         self._blocked[step.id] = waiting
         for dependency in waiting:
@@ -170,28 +171,13 @@ class EarlySteps:
                 self._ready.clear()
                 return
             step_id = self._ready.popleft()
-            runner = StepRunner(self._closure(step_id), self.run, services,
-                                self.executor.capabilities, self.executor.handlers)
+            runner = StepRunner(self._plan, self.run, services, self.executor.capabilities,
+                                self.executor.handlers)
             self._tasks[step_id] = loop.create_task(
                 self._run(step_id, runner), name=f"dagwright-early-step-{step_id}",
                 context=self._context.copy())
             self.started_total += 1
             running += 1
-
-    def _closure(self, step_id: str) -> ValidatedPlan:
-        """The plan of ``step_id`` and every step it depends on (all ready already)."""
-        nodes: set[str] = set()
-        stack = [step_id]
-        while stack:
-            node = stack.pop()
-            if node not in nodes:
-                nodes.add(node)
-                stack.extend(self._steps[node].dependencies())
-        graph: nx.DiGraph = nx.DiGraph()
-        graph.add_nodes_from(sorted(nodes))
-        for node in sorted(nodes):
-            graph.add_edges_from((d, node) for d in sorted(self._steps[node].dependencies()))
-        return ValidatedPlan(Plan(steps=[self._steps[n] for n in sorted(nodes)]), graph)
 
     async def _run(self, step_id: str, runner: StepRunner) -> StepResult:
         """One early step to its end, recorded; a failure is a failed result."""
@@ -236,6 +222,7 @@ class EarlySteps:
     def _reset(self) -> None:
         self._steps.clear()
         self._early.clear()
+        self._plan = ValidatedPlan.growing()
         self._blocked.clear()
         self._dependents.clear()
         self._ready.clear()

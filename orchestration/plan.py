@@ -9,8 +9,9 @@ string is interpolated as text.
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Container, Iterator
+from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,12 +86,31 @@ def _parse_path(text: str) -> tuple[str | int, ...]:
     )
 
 
+_CACHED_TEXT_CHARS = 1024
+"""Reference strings up to this long are parsed once per process (see
+:func:`_references_in`); a longer one is parsed each time it is read."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_references(text: str) -> tuple[Reference, ...]:
+    return tuple(Reference(m.group(1), _parse_path(m.group(2)), m.group(0))
+                 for m in REFERENCE_RE.finditer(text))
+
+
+def _references_in(text: str) -> tuple[Reference, ...]:
+    """The references of ``text``, parsed once: a plan's steps are read for references by
+    validation, by the streamed plan's checks, by the early start and by binding, and the
+    same strings come back run after run (references are immutable, so they are shared)."""
+    if "{{" not in text:
+        return ()
+    if len(text) > _CACHED_TEXT_CHARS:
+        return _cached_references.__wrapped__(text)
+    return _cached_references(text)
+
+
 def parse_references(text: str) -> list[Reference]:
     """Every reference in a string, in order."""
-    return [
-        Reference(m.group(1), _parse_path(m.group(2)), m.group(0))
-        for m in REFERENCE_RE.finditer(text)
-    ]
+    return list(_references_in(text))
 
 
 def whole_reference(text: str) -> Reference | None:
@@ -113,7 +133,9 @@ def iter_strings(value: Any, path: str = "$") -> Iterator[tuple[str, str]]:
 
 def find_references(params: Any) -> list[tuple[str, Reference]]:
     """``(json_path, reference)`` for every reference in a parameter tree."""
-    return [(path, ref) for path, text in iter_strings(params) for ref in parse_references(text)]
+    texts: list[tuple[str, str]] = []
+    _reference_texts(params, "$", texts)  # only strings that may hold one get a path
+    return [(path, ref) for path, text in texts for ref in _references_in(text)]
 
 
 class Step(BaseModel):
@@ -159,7 +181,7 @@ class ParsedText:
     def __init__(self, text: str) -> None:
         self.whole = whole_reference(text)
         self.by_text = {} if self.whole is not None else {
-            r.text: r for r in parse_references(text)}
+            r.text: r for r in _references_in(text)}
 
 
 class ValidatedPlan:
@@ -179,6 +201,33 @@ class ValidatedPlan:
         self.position: dict[str, int] = {sid: i for i, sid in enumerate(self.order)}
         """Each step's index in ``order``: sorts any set of steps into plan order."""
         self.parsed: dict[str, ParsedText] = parsed if parsed is not None else {}
+
+    @classmethod
+    def growing(cls) -> ValidatedPlan:
+        """An empty plan that :meth:`add_step` grows (the early steps of a streamed plan)."""
+        return cls(Plan(steps=[]), nx.DiGraph(), order=[])
+
+    def add_step(self, step: Step, dependencies: Iterable[str]) -> None:
+        """Add ``step``, whose ``dependencies`` are all in the plan already: the graph stays
+        acyclic and ``order`` stays a topological order without sorting again.
+
+        For the steps of a plan that is still streaming, which start as they arrive (each
+        after the steps it depends on): the runners of those steps share one plan that
+        grows, rather than each getting the part of the plan it depends on made anew
+        (work that grew with the plan for every step). ``plan`` — the plan as the planner
+        wrote it — is not changed: a plan grown this way is run, never recorded (the
+        whole answer is validated and recorded once it has arrived).
+        """
+        upstream = list(dependencies)
+        unknown = [d for d in upstream if d not in self.steps]
+        if unknown:
+            raise ValueError(f"step {step.id!r} depends on {', '.join(unknown)}, which the "
+                             "plan does not have yet")
+        self.steps[step.id] = step
+        self.graph.add_node(step.id)
+        self.graph.add_edges_from((d, step.id) for d in upstream)
+        self.position[step.id] = len(self.order)
+        self.order.append(step.id)
 
     def dependencies(self, step_id: str) -> list[str]:
         """Direct upstream steps."""
@@ -277,7 +326,7 @@ def step_issues(
         found = parsed.get(text)
         if found is None:
             found = parsed[text] = ParsedText(text)
-        refs = [found.whole] if found.whole is not None else parse_references(text)
+        refs = (found.whole,) if found.whole is not None else _references_in(text)
         for ref in refs:
             if ref.step_id == step.id:
                 issues.append(PlanIssue(step.id, f"param {path} refers to its own step"))

@@ -25,6 +25,7 @@ streaming; this only lets work start earlier.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 from pydantic import ValidationError
@@ -149,9 +150,24 @@ class PlanStream:
         per-step checks of :func:`~orchestration.plan.validate_plan` (the same code),
         and the reference paths its dependencies' output schemas allow."""
         issues: list[PlanIssue] = []
-        step_issues(step, self._accepted.keys() | {step.id}, self.catalog, issues,
+        step_issues(step, _KnownIds(self._accepted, step.id), self.catalog, issues,
                     max_depth=self.max_depth)
         if not issues and self.check_references:
             upstream = {d: self._accepted[d] for d in dependencies if d in self._accepted}
             issues = check_reference_paths([step], self.catalog, known_steps=upstream)
         return str(PlanValidationError(issues)) if issues else None
+
+
+class _KnownIds:
+    """The ids a step may name: the steps accepted before it, and its own (which the
+    checks report as a self-reference). A view, not a copy: copying the accepted ids for
+    every step made a streamed plan's checks grow with the square of its length."""
+
+    __slots__ = ("_accepted", "_own")
+
+    def __init__(self, accepted: Mapping[str, object], own: str) -> None:
+        self._accepted = accepted
+        self._own = own
+
+    def __contains__(self, step_id: object) -> bool:
+        return step_id == self._own or step_id in self._accepted

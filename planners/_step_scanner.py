@@ -40,10 +40,14 @@ __all__ = ["ScannedStep", "StepScanner"]
 
 _OPENING = re.compile(r"[{\[]")
 _STRUCTURE = re.compile(r'["{}\[\]:,]')
-_ELEMENT_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|(\\?)\Z)|[{}\[\]]', re.DOTALL)
-"""Inside a step only strings and brackets matter: a bracket, or a whole string in one
-match — closed, or cut by the end of the piece (group 1 then holds the lone backslash
-the piece may end on, an escape the next piece completes)."""
+_STRING = r'"[^"\\]*(?:\\.[^"\\]*)*'  # a string's opening quote and text (escapes whole)
+_TO_BRACKET = re.compile(
+    r'(?:[^"{}\[\]]+|' + _STRING + r'")*'
+    r'(?:([{}\[\]])|' + _STRING + r'(\\?)\Z|\Z)', re.DOTALL)
+"""Inside a step only brackets matter: everything up to the next one — text, and whole
+strings, whatever they hold — in one match. Group 1 is the bracket; without one before
+the end of the piece, group 2 is set when a string is cut by that end (to the lone
+backslash the piece may end on: an escape the next piece completes)."""
 _STRING_STOP = re.compile(r'["\\]')
 _NOT_SPACE = re.compile(r"\S")
 _STEP_ARRAY_PATHS = frozenset({(), ("steps",), ("plan",), ("plan", "steps")})
@@ -144,16 +148,23 @@ class StepScanner:
                     break
                 i = found.start()
             inside = self._steps_level is not None and len(self._stack) > self._steps_level
-            token = (_ELEMENT_TOKEN if inside else _STRUCTURE).search(piece, i)
-            if token is None:
-                break
-            at, i = token.start(), token.end()
-            char = piece[at]
-            if inside and char == '"':  # a string inside a step, skipped in one match
-                cut = token.group(1)
-                if cut is not None:  # it goes on in the next piece
-                    self._in_string, self._escape = True, cut == "\\"
-                continue
+            if inside:
+                token = _TO_BRACKET.match(piece, i)  # matches at every position
+                assert token is not None
+                bracket = token.group(1)
+                if bracket is None:  # none before the end of the piece
+                    cut = token.group(2)
+                    if cut is not None:  # a string goes on in the next piece
+                        self._in_string, self._escape = True, cut == "\\"
+                    break
+                i = token.end()
+                at, char = i - 1, bracket
+            else:
+                token = _STRUCTURE.search(piece, i)
+                if token is None:
+                    break
+                at, i = token.start(), token.end()
+                char = piece[at]
             top = self._stack[-1] if self._stack else None
             if char == '"':
                 self._in_string = True
