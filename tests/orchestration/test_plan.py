@@ -13,6 +13,8 @@ from orchestration import (
     PlanParseError,
     PlanValidationError,
     ScriptedLLM,
+    Step,
+    ValidatedPlan,
     validate_plan,
 )
 from planners import parse_plan
@@ -184,3 +186,18 @@ def test_parameters_json_cannot_carry_name_their_step_among_many(catalog: Catalo
     steps[7]["params"] = {"deep": [["x"]]}  # exactly max_depth levels: fine
     steps[31]["params"] = {"v": 1}
     assert len(validate_plan(Plan.model_validate({"steps": steps}), catalog, max_depth=3).order) == 50
+
+
+def test_a_growing_plan_keeps_a_topological_order_and_refuses_an_unknown_dependency() -> None:
+    plan = ValidatedPlan.growing()
+    first = Step(id="a", tool="t", capability="c")
+    second = Step(id="b", tool="t", capability="c", params={"x": "{{a.v}}"})
+    plan.add_step(first, [])
+    plan.add_step(second, ["a"])
+    assert plan.order == ["a", "b"]
+    assert plan.position == {"a": 0, "b": 1}
+    assert plan.dependencies("b") == ["a"]
+    assert plan.ancestors("b") == {"a"}
+    with pytest.raises(ValueError, match="'c' depends on zz"):
+        plan.add_step(Step(id="c", tool="t", capability="c"), ["zz"])
+    assert "c" not in plan.steps and plan.order == ["a", "b"]
