@@ -56,6 +56,10 @@ CHANGES: tuple[tuple[str, str], ...] = (
                 "per step)"),
     ("a06c01a", "plan stream scanner skips whole strings (no effect on `plan=` runs)"),
     ("659907f", "compiled valid check: allOf of two or three keywords spelled out"),
+    ("d3d54b2", "JSON decoders made once (no effect on `plan=` runs of in-process tools)"),
+    ("4644cb0", "streamed plans: early steps share one growing plan, reference strings parsed "
+                "once per process, no per-step copy of the accepted ids, the scanner skips "
+                "whole strings (`plan=` runs: only the reference cache)"),
 )
 
 PROBE = r'''
