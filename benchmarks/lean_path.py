@@ -201,11 +201,12 @@ def render(argv: list[str], facts: dict[str, Any], steps: int,
             f"`python -m benchmarks.throughput --levels {level}` (planning by the scripted "
             "model with 200 ms latency, four steps, synthesis; one event loop) at the first "
             "and the last commit above, in this run. The loop is CPU-bound at this level, so "
-            "latency is the CPU per run times the queue of runs ahead. What dominates that CPU "
-            "is not the per-step path measured above but CPython's garbage collector walking "
-            "a thousand runs' live objects, and (after the first commit) the streamed reading "
-            "of each plan: see [serve.md](serve.md#many-runs-in-one-process) for both, "
-            "measured.\n")
+            "latency is the CPU per run times the queue of runs ahead. Besides the per-step "
+            "path measured above, that CPU goes to CPython's garbage collector walking a "
+            "thousand runs' live objects and to the streamed reading of each plan (which the "
+            "first commit did not do; the streamed-plan commit above made it cheaper): see "
+            "[serve.md](serve.md#many-runs-in-one-process) for both, measured. This figure "
+            "varies by ±15% between runs on this box.\n")
         parts.append(common.md_table(
             ["commit", "runs/s", "p50 latency s", "p95 latency s", "a lone run s",
              "CPU ms/run"],
