@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import socket
 import time
 import uuid
 from typing import Any
+
+from pydantic_core import to_json
 
 from orchestration.errors import RunLeased, StoreError
 from orchestration.result import Attempt, StepResult
@@ -82,10 +83,10 @@ def snapshot(state: RunState, plan_json: str | None = None) -> SaveRun:
     counts: dict[str, int] = {}
     for step in state.steps.values():
         counts[step.status] = counts.get(step.status, 0) + 1
-    rest = json.dumps({**state.model_dump(mode="json", exclude={"steps", "plan"}),
-                       "step_order": list(state.steps)})
+    rest = to_json({**state.model_dump(mode="json", exclude={"steps", "plan"}),
+                    "step_order": list(state.steps)}).decode()
     if plan_json is None:
-        plan_json = json.dumps(state.plan)
+        plan_json = to_json(state.plan).decode()
     return SaveRun(
         run_id=state.run_id, query=state.query, status=state.status,
         started_at=state.started_at, finished_at=state.finished_at,
@@ -107,7 +108,9 @@ class _PlanText:
 
     def of(self, plan: Any) -> str:
         if plan is not self._plan:
-            self._plan, self._text = plan, json.dumps(plan)
+            # pydantic-core's encoder: several times the standard library's speed on a
+            # large plan, the same JSON value (compact, UTF-8 text)
+            self._plan, self._text = plan, to_json(plan).decode()
         return self._text
 
 
