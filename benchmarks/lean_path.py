@@ -60,6 +60,7 @@ CHANGES: tuple[tuple[str, str], ...] = (
     ("4644cb0", "streamed plans: early steps share one growing plan, reference strings parsed "
                 "once per process, no per-step copy of the accepted ids, the scanner skips "
                 "whole strings (`plan=` runs: only the reference cache)"),
+    ("ace14c8", "run record: plan text encoded by pydantic-core (once per plan)"),
 )
 
 PROBE = r'''
