@@ -1,5 +1,5 @@
-"""Shared fixtures: the demo tools and a hostile tool as real HTTP servers, fresh metric
-registries."""
+"""Shared fixtures: the demo tools, a hostile tool and the side-effect tools as real HTTP
+servers, fresh metric registries."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from orchestration import Catalog
 from orchestration.demo.tools import DemoTools, start_demo_tools
 from tests.llm_servers import anthropic_server, closed_port_url, openai_server  # noqa: F401
 from tests.support.hostile_tools import HostileTool
+from tests.support.side_effects import SideEffectTools, side_effect_tools
 
 # real PostgreSQL, Temporal and Chromium fixtures (postgres_dsn, temporal_server, browser_page...)
 pytest_plugins = ["tests.support.fixtures"]
@@ -54,6 +55,14 @@ def hostile_tool(hostile_tool_session: HostileTool) -> Iterator[HostileTool]:
     hostile_tool_session.reset()
     yield hostile_tool_session
     hostile_tool_session.reset()
+
+
+@pytest.fixture
+def tools() -> Iterator[SideEffectTools]:
+    """The loopback tools that count the side effects they executed (durable runs,
+    approvals, events, the server); a module may define its own ``tools`` instead."""
+    with side_effect_tools() as running:
+        yield running
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from orchestration import (
     ScriptedLLM,
 )
 from tests import ROOT
-from tests.support.side_effects import SideEffectTools, side_effect_tools
+from tests.support.side_effects import SideEffectTools
 
 QUERY = "pay for one share and file the receipt"
 
@@ -50,12 +49,6 @@ def approval_catalog(tools: SideEffectTools) -> dict[str, Any]:
             if cap["name"] == "pay":
                 cap["requires_approval"] = True
     return spec
-
-
-@pytest.fixture
-def tools() -> Iterator[SideEffectTools]:
-    with side_effect_tools() as running:
-        yield running
 
 
 def orchestrator(tools: SideEffectTools, store: str = "memory://", **config: Any) -> Orchestrator:

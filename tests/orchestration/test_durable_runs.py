@@ -15,7 +15,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,19 +31,9 @@ from orchestration import (
 from orchestration.errors import RunLeased, RunNotFound, StoreError
 from orchestration.store import MemoryStore
 from tests import ROOT
-from tests.support.side_effects import SideEffectTools, side_effect_tools
+from tests.support.side_effects import SideEffectTools, pay_plan
 
 QUERY = "pay for one share and file the receipt"
-
-
-def pay_plan(capability: str = "pay") -> dict[str, Any]:
-    return {"steps": [
-        {"id": "quote", "tool": "stocks", "capability": "quote", "params": {"symbol": "TSLA"}},
-        {"id": "pay", "tool": "bank", "capability": capability,
-         "params": {"amount": "{{quote.price}}", "to": "broker"}},
-        {"id": "receipt", "tool": "bank", "capability": "receipt",
-         "params": {"paid": "{{pay.paid}}"}},
-    ]}
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -54,12 +43,6 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path}/runs.db"
     server = request.getfixturevalue("postgres_server")
     return str(server.create_database(f"runs_{uuid.uuid4().hex[:10]}"))
-
-
-@pytest.fixture
-def tools() -> Iterator[SideEffectTools]:
-    with side_effect_tools() as running:
-        yield running
 
 
 def child(command: str, store: str, run_id: str, tools: SideEffectTools,

@@ -4,20 +4,13 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from orchestration import Approval, Catalog, Orchestrator, OrchestratorConfig, RunEvent, ScriptedLLM
 from tests.orchestration.test_approvals import QUERY, approval_catalog, plan
-from tests.support.side_effects import SideEffectTools, side_effect_tools
-
-
-@pytest.fixture
-def tools() -> Iterator[SideEffectTools]:
-    with side_effect_tools() as running:
-        yield running
+from tests.support.side_effects import SideEffectTools
 
 
 def orchestrator(tools: SideEffectTools, spec: dict[str, Any] | None = None) -> Orchestrator:

@@ -26,6 +26,18 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 
+def pay_plan(capability: str = "pay") -> dict[str, Any]:
+    """Quote a share, pay for it with ``capability`` (``pay`` or ``pay_keyed``), file the
+    receipt: the plan the durable-run tests kill a process in the middle of."""
+    return {"steps": [
+        {"id": "quote", "tool": "stocks", "capability": "quote", "params": {"symbol": "TSLA"}},
+        {"id": "pay", "tool": "bank", "capability": capability,
+         "params": {"amount": "{{quote.price}}", "to": "broker"}},
+        {"id": "receipt", "tool": "bank", "capability": "receipt",
+         "params": {"paid": "{{pay.paid}}"}},
+    ]}
+
+
 class SideEffectTools:
     def __init__(self) -> None:
         self.executed: Counter[str] = Counter()

@@ -12,13 +12,7 @@ import pytest
 
 from tests.orchestration.server.live import LiveServer, live_server, make_orchestrator, wait_for
 from tests.orchestration.test_approvals import QUERY, approval_catalog, plan
-from tests.support.side_effects import SideEffectTools, side_effect_tools
-
-
-@pytest.fixture
-def tools() -> Iterator[SideEffectTools]:
-    with side_effect_tools() as running:
-        yield running
+from tests.support.side_effects import SideEffectTools
 
 
 @pytest.fixture

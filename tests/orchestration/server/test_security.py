@@ -11,17 +11,11 @@ import pytest
 
 from orchestration.cli import main
 from tests.orchestration.server.live import LiveServer, live_server, make_orchestrator
-from tests.support.side_effects import SideEffectTools, side_effect_tools
+from tests.support.side_effects import SideEffectTools
 
 TOKEN = "s3cret-token-for-tests-0123456789"
 QUOTE = {"query": "quote", "wait": True, "plan": {"steps": [
     {"id": "q", "tool": "stocks", "capability": "quote", "params": {"symbol": "X"}}]}}
-
-
-@pytest.fixture
-def tools() -> Iterator[SideEffectTools]:
-    with side_effect_tools() as running:
-        yield running
 
 
 @pytest.fixture

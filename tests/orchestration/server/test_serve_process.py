@@ -19,7 +19,7 @@ import pytest
 
 from tests import ROOT
 from tests.orchestration.server.live import wait_for
-from tests.support.side_effects import SideEffectTools, side_effect_tools
+from tests.support.side_effects import SideEffectTools
 
 pytestmark = pytest.mark.slow
 STOPPED = (0, -signal.SIGTERM)
@@ -32,12 +32,6 @@ PLAN = {"steps": [
      "params": {"amount": "{{quote.price}}", "to": "broker"}},
     {"id": "receipt", "tool": "bank", "capability": "receipt", "params": {"paid": "{{pay.paid}}"}},
 ]}
-
-
-@pytest.fixture
-def tools() -> Iterator[SideEffectTools]:
-    with side_effect_tools() as running:
-        yield running
 
 
 def server_env(tools: SideEffectTools, tmp_path: Path) -> dict[str, str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -20,7 +19,7 @@ import pytest
 from tests import ROOT
 from tests.llm_servers import free_port_url
 from tests.orchestration.server.live import LiveServer, live_server, make_orchestrator
-from tests.support.side_effects import SideEffectTools, side_effect_tools
+from tests.support.side_effects import SideEffectTools
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -39,12 +38,6 @@ PLAN = {"steps": [
 ]}
 COLUMNS = {"quote": 0, "fx": 0, "news": 0, "pay": 1, "summary": 1, "receipt": 2}
 SCREENSHOT = ROOT / "docs" / "img" / "serve-run.png"
-
-
-@pytest.fixture
-def tools() -> Iterator[SideEffectTools]:
-    with side_effect_tools() as running:
-        yield running
 
 
 def catalog(tools: SideEffectTools, *, approve_payments: bool) -> dict[str, Any]:

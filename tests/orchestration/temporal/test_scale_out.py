@@ -30,7 +30,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from orchestration import Catalog, Orchestrator, OrchestratorConfig, ScriptedLLM
-from tests.support.side_effects import SideEffectTools, side_effect_tools
+from tests.support.side_effects import SideEffectTools, pay_plan, side_effect_tools
 from tests.support.temporal import TemporalServer
 from tests.support.temporal_workers import start_workers
 
@@ -38,16 +38,6 @@ pytestmark = [pytest.mark.temporal, pytest.mark.slow]
 
 RUNS = 8
 HEARTBEAT_S = 2.0
-
-
-def pay_plan(capability: str) -> dict[str, Any]:
-    return {"steps": [
-        {"id": "quote", "tool": "stocks", "capability": "quote", "params": {"symbol": "TSLA"}},
-        {"id": "pay", "tool": "bank", "capability": capability,
-         "params": {"amount": "{{quote.price}}", "to": "broker"}},
-        {"id": "receipt", "tool": "bank", "capability": "receipt",
-         "params": {"paid": "{{pay.paid}}"}},
-    ]}
 
 
 async def wait_for(what: str, check: Any, timeout_s: float = 30) -> None:
