@@ -409,22 +409,21 @@ class CapabilityProfile:
 
     def call_counted(self, outcome: str) -> tuple[Any, dict[str, Any]]:
         """The Prometheus child and OTel attributes of a tool call with ``outcome``."""
-        found = self.calls_by_outcome.get(outcome)
-        if found is None:
-            cap, metrics = self.capability, self._metrics
-            found = self.calls_by_outcome[outcome] = (
-                metrics.child(metrics.tool_calls, cap.tool, cap.name, outcome),
-                {**self.labels, attr.OUTCOME: outcome})
-        return found
+        return self.calls_by_outcome.get(outcome) or self._labelled(
+            self.calls_by_outcome, self._metrics.tool_calls, attr.OUTCOME, outcome)
 
     def step_counted(self, status: str) -> tuple[Any, dict[str, Any]]:
         """The Prometheus child and OTel attributes of a step that ended ``status``."""
-        found = self.steps_by_status.get(status)
-        if found is None:
-            cap, metrics = self.capability, self._metrics
-            found = self.steps_by_status[status] = (
-                metrics.child(metrics.steps, cap.tool, cap.name, status),
-                {**self.labels, attr.STEP_STATUS: status})
+        return self.steps_by_status.get(status) or self._labelled(
+            self.steps_by_status, self._metrics.steps, attr.STEP_STATUS, status)
+
+    def _labelled(self, cache: dict[str, tuple[Any, dict[str, Any]]], metric: Any,
+                  attribute: str, value: str) -> tuple[Any, dict[str, Any]]:
+        """Made once per value: the metric's child for this capability and ``value``, and
+        the OTel attributes with ``attribute`` set to it."""
+        cap = self.capability
+        found = cache[value] = (self._metrics.child(metric, cap.tool, cap.name, value),
+                                {**self.labels, attribute: value})
         return found
 
     def error_counted(self, category: str) -> Any:
