@@ -114,8 +114,8 @@ def _write_groups(batch: list[Write]) -> list[tuple[str, list[Sequence[Any]]]]:
     # rest (same transaction), instead of splitting every step's writes into groups of
     # one — a round trip each on PostgreSQL (+200 µs/step for a 1,000-step run); three
     # of a step's four writes are events, so their rows are made here directly
-    events = [op for op in batch if type(op) is SaveEvent]
-    others = [op for op in batch if type(op) is not SaveEvent] if events else batch
+    events = [op for op in batch if isinstance(op, SaveEvent)]
+    others = [op for op in batch if not isinstance(op, SaveEvent)] if events else batch
     for sql, params in _write_statements(others):
         if groups and groups[-1][0] == sql:
             groups[-1][1].append(params)
@@ -128,7 +128,7 @@ def _write_groups(batch: list[Write]) -> list[tuple[str, list[Sequence[Any]]]]:
 
 
 def _write_statements(batch: Iterable[Write]) -> list[Statement]:
-    """The SQL of a batch of writes (``?`` placeholders), in order."""
+    """The SQL of a batch of writes other than events (``?`` placeholders), in order."""
     out: list[Statement] = []
     now = time.time()
     for op in batch:
@@ -163,9 +163,6 @@ def _write_statements(batch: Iterable[Write]) -> list[Statement]:
                 "ON CONFLICT (run_id, step_id, attempt) DO NOTHING",
                 (op.run_id, m.step_id, m.attempt, m.layer, json.dumps(m.params),
                  m.idempotency_key, m.started_at)))
-        elif isinstance(op, SaveEvent):
-            out.append((_INSERT_EVENT, (op.run_id, op.seq, op.type, op.at,
-                                        _encode_event_data(op.data))))
         elif isinstance(op, CallFinished):
             out.append((
                 "UPDATE dagwright_calls SET finished_at = ? "
