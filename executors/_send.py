@@ -51,6 +51,14 @@ async def send(
     with state.observation.call(number, layer, headers) as call:
         if key is not None and cap.idempotency_key_header:
             headers[cap.idempotency_key_header] = key
+        if trace is not None and trace.gate is not None and not getattr(
+                services.transport, "gates_calls", False):
+            # a transport that does not run the gate at its last moment: run it here
+            refused = await trace.pass_gate()
+            if refused is not None:
+                result = CallResult(error=refused)
+                call.answered(result)
+                return result
         result = await services.transport.call(cap, params, timeout_s=timeout, headers=headers,
                                                trace=trace)
         call.answered(result)

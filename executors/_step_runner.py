@@ -32,8 +32,10 @@ a non-idempotent call that may already have been processed is not sent again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from executors._approvals import AwaitApproval, approval_reason
@@ -165,7 +167,17 @@ class StepRunner:
         in_flight = last is not None and last.outcome == "cancelled"
         status: StepStatus = "cancelled"
         error = self._cancelled_error(state)
-        if in_flight and not state.capability.is_idempotent:
+        store_failure = self.services.recorder.failure
+        if store_failure is not None and not in_flight:
+            # the run store failed (or another process took the run over): the run
+            # stopped itself, and this step with it, before anything more was sent
+            status = "failed"
+            error = StepError(
+                category=ErrorCategory.INTERNAL_ERROR, code="STORE_UNAVAILABLE",
+                message=f"stopped after {len(state.attempts)} attempt(s), nothing more sent: "
+                        f"{store_failure}",
+                source=ErrorSource.ENGINE, retryable=False, request_sent=False)
+        elif in_flight and not state.capability.is_idempotent:
             assert last is not None
             status = "unknown"
             error = StepError(
@@ -281,8 +293,10 @@ class StepRunner:
         no person has to approve them first, and the re-send guard lets them go.
 
         A call with a side effect (a capability that is not idempotent) is recorded in the
-        run store before it is sent and its outcome right after, so a process that stops
-        in between leaves a marker that says the call may have happened. An attempt cut
+        run store at the last moment before it can be sent (the transport's gate: once a
+        connection is ready) and its outcome right after, so a process that stops in
+        between leaves a marker that says the call may have happened, and one that stops
+        before leaves none. An attempt cut
         by the deadline or by the run's cancellation is recorded before the cancellation
         goes on (its marker stays open when the request may have gone out).
         """
@@ -293,6 +307,8 @@ class StepRunner:
         provenance: dict[str, Provenance] = {}
         side_effect = not state.capability.is_idempotent
         recorder = self.services.recorder
+        marked: list[bool] = []  # the marker gate appends once the marker is committed
+        resending = key is not None  # a resumed run's open call, sent again with its key
         try:
             if decision.delay_s > 0:
                 await self.services.clock.sleep(decision.delay_s)
@@ -324,19 +340,10 @@ class StepRunner:
                                     provenance=provenance), None
             number = len(state.attempts) + 1
             key = key or key_for(state, prepared.params)
-            if side_effect:
-                try:
-                    await recorder.call_started(CallMarker(
-                        state.step.id, number, decision.layer, prepared.params, key,
-                        self.services.clock.time()))
-                except StoreError as exc:
-                    error = StepError(
-                        category=ErrorCategory.INTERNAL_ERROR, code="STORE_UNAVAILABLE",
-                        message=f"not sent: the call has a side effect and the run store "
-                                f"could not record it first ({exc})",
-                        source=ErrorSource.ENGINE, request_sent=False)
-                    return self._record(state, decision, "not_sent", error, prepared,
-                                        provenance=provenance), None
+            if side_effect:  # committed at the last moment before the request can leave
+                trace.gate = self._marker_gate(CallMarker(
+                    state.step.id, number, decision.layer, prepared.params, key, 0.0), marked,
+                    repeat=resending)
             result = await send(state, prepared.params, layer=decision.layer, number=number,
                                 deadline=deadline, key=key, trace=trace)
         except asyncio.CancelledError:
@@ -350,12 +357,35 @@ class StepRunner:
             outcome = "not_sent"  # a guard of the engine (a run budget) stopped the call
         attempt = self._record(state, decision, outcome, result.error, prepared,
                                latency_s=result.latency_s, provenance=provenance)
-        if side_effect:
-            try:
+        if marked:
+            # the outcome of a call whose marker was committed; a failure to record it
+            # stops the run (the recorder says so), and a resume reports it as unknown
+            with contextlib.suppress(StoreError):
                 await recorder.call_finished(state.step.id, attempt, result.data)
-            except StoreError as exc:  # the call happened: go on, the run reports the store
-                recorder.failure = recorder.failure or exc
         return attempt, result.data
+
+    def _marker_gate(
+        self, marker: CallMarker, marked: list[bool], *, repeat: bool
+    ) -> Callable[[], Awaitable[StepError | None]]:
+        """The transport's gate for a call with a side effect: commit its marker (durably,
+        fenced by the run's lease) right before the request can leave; when that fails
+        the call is not sent."""
+        recorder, clock = self.services.recorder, self.services.clock
+
+        async def commit_marker() -> StepError | None:
+            try:
+                await recorder.call_started(replace(marker, started_at=clock.time()),
+                                            repeat=repeat)
+            except StoreError as exc:
+                return StepError(
+                    category=ErrorCategory.INTERNAL_ERROR, code="STORE_UNAVAILABLE",
+                    message=f"not sent: the call has a side effect and the run store "
+                            f"could not record it first ({exc})",
+                    source=ErrorSource.ENGINE, request_sent=False)
+            marked.append(True)
+            return None
+
+        return commit_marker
 
     def _prepare(self, state: StepState, decision: Decision) -> PreparedCall:
         """The prepare stage (layer 2, validation), with what it changed reported."""

@@ -14,7 +14,11 @@ cancellation. Two bounds hold whatever the tool does:
   held whole; what is read is decoded within ``max_json_depth``.
 
 A :class:`CallTrace` tells the caller how far a call got, which matters when the caller
-is cancelled mid-call and must record whether the request may have reached the tool.
+is cancelled mid-call and must record whether the request may have reached the tool. Its
+``gate`` is awaited at the last moment before the request can reach the tool — an HTTP
+request's first byte, a Python tool's or a source's call — and may stop the call there:
+the engine commits a side-effect call's marker in it, so that a call still waiting for a
+connection when its process dies is known never to have been sent.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import asyncio
 import inspect
 import json
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +70,25 @@ class CallTrace:
     have acted."""
 
     dispatched: bool = False
+    gate: Callable[[], Awaitable[StepError | None]] | None = None
+    """Awaited once, right before the request can reach the tool; an error it returns
+    stops the call there (not sent), and the call's result is that error."""
+
+    async def pass_gate(self) -> StepError | None:
+        """Run the gate (once); then the request may reach the tool, unless refused."""
+        gate, self.gate = self.gate, None
+        refused = await gate() if gate is not None else None
+        if refused is None:
+            self.dispatched = True
+        return refused
+
+
+class _GateClosed(Exception):
+    """Raised inside the HTTP client's trace hook to stop a request the gate refused."""
+
+    def __init__(self, error: StepError) -> None:
+        super().__init__(error.message)
+        self.error = error
 
 
 def _query_params(params: dict[str, Any]) -> dict[str, str]:
@@ -92,6 +116,10 @@ def _encode(params: dict[str, Any], *, query: bool) -> tuple[dict[str, str] | No
 
 class ToolTransport:
     """Sends capability calls. One instance per event loop (it owns an httpx pool)."""
+
+    gates_calls = True
+    """This transport awaits a call's ``CallTrace.gate`` itself, at the last moment (a
+    transport that does not is gated by the engine before it is called)."""
 
     def __init__(
         self,
@@ -148,8 +176,10 @@ class ToolTransport:
         started = time.perf_counter()
         trace = trace if trace is not None else CallTrace()
         if capability.invoker is not None:
-            trace.dispatched = True  # the source sends it: assume it may reach the tool
-            result = await self._call_invoker(capability, params, timeout_s, headers or {})
+            # the source sends it: once past the gate, assume it may reach the tool
+            refused = await trace.pass_gate()
+            result = (CallResult(error=refused) if refused is not None else
+                      await self._call_invoker(capability, params, timeout_s, headers or {}))
         elif capability.function is not None:
             result = await self._call_function(capability, params, timeout_s, trace)
         else:
@@ -183,7 +213,9 @@ class ToolTransport:
     ) -> CallResult:
         fn = capability.function
         assert fn is not None
-        trace.dispatched = True
+        refused = await trace.pass_gate()
+        if refused is not None:
+            return CallResult(error=refused)
         try:
             if capability.run_in_thread:
                 with watchdog().deadline(asyncio.get_running_loop().time() + timeout_s):
@@ -283,21 +315,25 @@ class ToolTransport:
         if body is not None:
             headers.setdefault("Content-Type", "application/json")
 
-        def on_progress(event: str, info: dict[str, Any]) -> None:
+        async def on_progress(event: str, info: dict[str, Any]) -> None:
             if event.endswith("send_request_headers.started"):
-                trace.dispatched = True
+                refused = await trace.pass_gate()
+                if refused is not None:
+                    raise _GateClosed(refused)
 
         try:
             client = self._http()
             request = client.build_request(
                 capability.method, url, headers=headers, params=query_params, content=body,
-                timeout=timeout_s, extensions={"trace": _async_trace(on_progress)})
+                timeout=timeout_s, extensions={"trace": on_progress})
             with watchdog().deadline(asyncio.get_running_loop().time() + timeout_s):
                 response = await client.send(request, stream=True)
                 try:
                     raw = await self._read_body(response)
                 finally:
                     await response.aclose()
+        except _GateClosed as closed:
+            return CallResult(error=closed.error)
         except (TimeoutError, httpx.TimeoutException) as exc:
             if isinstance(exc, httpx.PoolTimeout):
                 return _transport_error(
@@ -351,13 +387,6 @@ class ToolTransport:
         return b"".join(chunks)
 
 
-def _async_trace(callback: Any) -> Any:
-    """httpcore's ``trace`` extension wants a coroutine function on an async client."""
-
-    async def trace(event: str, info: dict[str, Any]) -> None:
-        callback(event, info)
-
-    return trace
 
 
 def _too_large(limit: int, status: int | None) -> StepError:

@@ -10,6 +10,8 @@ nothing is lost when it crosses an API boundary::
     │   ├── CatalogError               a catalog is malformed, or a tool/capability unknown
     │   ├── StoreError                 the run store cannot be opened, read or written
     │   │   └── RunLeased              another process is executing that run right now
+    │   │       └── LeaseLost          ... and took it over from this one, which stopped
+    │   │                              before sending anything more
     │   ├── RunNotFound                no run with that id in the store
     │   ├── ApprovalError              a decision for a step that is not pending, a run that
     │   │                              is not waiting, or edited parameters that are invalid
@@ -52,6 +54,7 @@ __all__ = [
     "LLMBudgetExceeded",
     "LLMError",
     "LLMErrorKind",
+    "LeaseLost",
     "MalformedAnswer",
     "PlanIssue",
     "PlanParseError",
@@ -116,6 +119,12 @@ class StoreError(DagwrightError):
 
 class RunLeased(StoreError):
     """Another live process holds the run (its lease has not expired)."""
+
+
+class LeaseLost(RunLeased):
+    """This process lost the run it was executing: its lease expired by the store's clock
+    (a long pause, a frozen VM, a store it could not reach) and another process took the
+    run over. Raised before anything more was sent; the run is the new holder's."""
 
 
 class RunNotFound(DagwrightError, LookupError):

@@ -15,6 +15,7 @@ import os
 import re
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -35,6 +36,7 @@ from orchestration.errors import (
     ApprovalError,
     ConfigError,
     DagwrightError,
+    LeaseLost,
     RunNotFound,
     StoreError,
 )
@@ -77,6 +79,11 @@ def _check_run_id(run_id: str) -> None:
     if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
         raise ValueError(f"run_id {run_id!r} is not usable: use 1-200 letters, digits, '_', "
                          "'.', ':' or '-', starting with a letter or digit")
+
+
+def _stop(work: asyncio.Task[Any]) -> None:
+    """Cancel a run's work (the recorder's answer to a store failure)."""
+    work.cancel()
 
 
 def _log_background_failure(task: asyncio.Task[RunResult]) -> None:
@@ -131,6 +138,8 @@ class Orchestrator:
         self.executor = self.engine.executor
         self.store: RunStore = store if store is not None else open_store(self.config.store_url)
         self._store_opened = False
+        self._store_opening: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
         self._retention: asyncio.Task[None] | None = None
         self._transports: dict[int, ToolTransport] = {}
         self._temporal_runs: TemporalRuns | None = None
@@ -367,8 +376,7 @@ class Orchestrator:
         await self._open_store()
         stored = await self.store.load(run_id)
         if stored is None:
-            raise RunNotFound(f"no run {run_id!r} in the run store {self.store.url}; "
-                              "'dagwright runs list' shows the runs it holds")
+            raise self._not_found(run_id)
         run = stored.state
         if run.status not in ("running", "awaiting_approval"):
             return run.to_result()
@@ -475,8 +483,7 @@ class Orchestrator:
         await self._open_store()
         stored = await self.store.load(run_id)
         if stored is None:
-            raise RunNotFound(f"no run {run_id!r} in the run store {self.store.url}; "
-                              "'dagwright runs list' shows the runs it holds")
+            raise self._not_found(run_id)
         run = stored.state
         if approvals and run.status != "awaiting_approval":
             raise ApprovalError(f"run {run_id!r} is not waiting for approval (it is "
@@ -631,12 +638,20 @@ class Orchestrator:
                 work = asyncio.get_running_loop().create_task(
                     self.engine.run(run, services, plan, stored, approved),
                     name=f"dagwright-run-{run.run_id}")
+                # a run whose record can no longer be written (or that another process
+                # took over) stops at once rather than go on sending without a record
+                recorder.on_failure = lambda _error: _stop(work)
+                if recorder.failure is not None:
+                    work.cancel()
                 handle._attach(work)
                 if started is not None and not started.done():
                     started.set_result(handle)
                 try:
                     await work
                 except asyncio.CancelledError:
+                    current = asyncio.current_task()
+                    if recorder.failure is not None and not (current and current.cancelling()):
+                        return await self._stopped_by_store(run, services, recorder.failure)
                     if not services.cancellation.requested:
                         raise
                     # cancelled on purpose (acancel): the run ends cancelled, for good
@@ -663,6 +678,33 @@ class Orchestrator:
         if shutdown_too:
             raise asyncio.CancelledError
         return run.to_result()
+
+    def _not_found(self, run_id: str) -> RunNotFound:
+        """The refusal to resume or decide a run the store does not have, in words that
+        say what it may mean for the calls the run made."""
+        return RunNotFound(
+            f"no run {run_id!r} in the run store {self.store.url}, so it cannot be resumed. "
+            "If it was started against this store, the store lost it (a database removed, "
+            "replaced or restored from an older copy): the calls it made may have happened, "
+            "so check with the tools before starting it again. 'dagwright runs list' shows "
+            "the runs the store holds.")
+
+    async def _stopped_by_store(self, run: RunState, services: RunServices,
+                                failure: StoreError) -> RunResult:
+        """End a run the store stopped: raise ``failure`` — for a lost lease as it is (the
+        run is the new holder's), otherwise with the run's result, marked failed, so the
+        work done is not lost with the record."""
+        await services.events.close()
+        with contextlib.suppress(StoreError):
+            await services.recorder.finish(None)
+        if isinstance(failure, LeaseLost):
+            raise failure
+        run.fail(f"the run store failed, so the run stopped before sending anything more: "
+                 f"{failure}. Its record in the store ends before this point; resume it "
+                 f"once the store is back (dagwright resume {run.run_id}), and calls it may "
+                 "have sent are reported as unknown, never sent twice.")
+        failure.result = run.to_result()
+        raise failure
 
     async def plan(self, query: str) -> ValidatedPlan:
         """Plan without executing (what ``dagwright plan`` shows); nothing is recorded."""
@@ -693,11 +735,19 @@ class Orchestrator:
 
     # --- the store ----------------------------------------------------------------------
     async def _open_store(self) -> None:
-        """Connect the run store once (creating its tables), and start its retention."""
+        """Connect the run store once (creating its tables), and start its retention.
+        Concurrent first runs wait for the one that opens it."""
         if self._store_opened:
             return
-        await self.store.open()
-        self._store_opened = True
+        loop = asyncio.get_running_loop()
+        lock = self._store_opening.get(loop)
+        if lock is None:
+            lock = self._store_opening[loop] = asyncio.Lock()
+        async with lock:
+            if self._store_opened:
+                return
+            await self.store.open()
+            self._store_opened = True
         days = self.config.store_retention_days
         if days is not None:
             self._retention = asyncio.get_running_loop().create_task(

@@ -7,6 +7,14 @@ steps still in flight, and a **call marker** written — durably, before the req
 leaves — for every call that has a side effect. A marker without an outcome is how a
 resumed run tells "the call may have happened" from "it was never sent".
 
+A process holds the run it executes through a **lease** (:class:`Lease`) whose time is
+the store's own clock (PostgreSQL's ``clock_timestamp()``; for SQLite, which one machine
+shares, that machine's boot-time clock), never the caller's wall clock. Each new holder
+gets the next **generation** of the lease, a fencing token: a write made with a lease is
+applied only if that generation still holds the run, in the same transaction, so a
+process that was paused past its lease learns it has lost the run before it sends
+anything, instead of after.
+
 Writes arrive as a batch of :data:`Write` operations applied in one transaction, so the
 engine can buffer cheap writes and flush them together while still making the writes
 that guard side effects durable at once.
@@ -27,6 +35,7 @@ __all__ = [
     "CallFinished",
     "CallMarker",
     "CallStarted",
+    "Lease",
     "RunStore",
     "RunSummary",
     "SaveAttempt",
@@ -37,7 +46,7 @@ __all__ = [
     "Write",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Bumped when the stored layout changes; stores migrate older layouts on open."""
 
 
@@ -69,6 +78,16 @@ class CallMarker:
     finished: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A process's hold on one run. ``generation`` grows by one with every new holder:
+    the fencing token every write of the holder is checked against."""
+
+    run_id: str
+    owner: str
+    generation: int
+
+
 @dataclass
 class StoredRun:
     """A run as the store has it: its state (finished steps included), the attempts of
@@ -81,7 +100,9 @@ class StoredRun:
     """Data of succeeded attempts of unfinished steps, by (step id, attempt number)."""
     open_calls: list[CallMarker] = field(default_factory=list)
     lease_owner: str | None = None
-    lease_expires_at: float | None = None
+    lease_remaining_s: float | None = None
+    """Seconds the holder's lease still runs by the store's clock (negative: expired;
+    None: nobody holds it, or the lease was taken under another clock — a reboot)."""
 
 
 # --- the write operations -------------------------------------------------------------
@@ -120,6 +141,9 @@ class SaveAttempt:
 class CallStarted:
     run_id: str
     marker: CallMarker
+    repeat: bool = False
+    """The call of an open marker sent again with its idempotency key by the process that
+    took the run over: the marker is refreshed instead of refused as a second writer's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,23 +191,35 @@ class RunStore(Protocol):
 
     async def close(self) -> None: ...
 
-    async def create_run(self, write: SaveRun, *, owner: str, lease_until: float) -> bool:
-        """Record a new run held by ``owner``; False if a run with that id exists."""
+    async def create_run(self, write: SaveRun, *, owner: str, lease_s: float) -> Lease | None:
+        """Record a new run held by ``owner`` for ``lease_s`` (the store's clock); None if
+        a run with that id exists."""
 
-    async def write(self, batch: list[Write]) -> None:
-        """Apply ``batch`` in one transaction."""
+    async def write(self, batch: list[Write], *, lease: Lease | None = None,
+                    lease_s: float = 0.0, durable: bool = False) -> None:
+        """Apply ``batch`` in one transaction.
+
+        With ``lease``, the transaction first renews it for ``lease_s`` — and applies
+        nothing, raising :class:`~orchestration.errors.LeaseLost`, unless that generation
+        still holds the run (the batch may be empty: a renewal alone). ``durable`` commits
+        so that the write survives a crash of the database server or machine whatever the
+        server's default (PostgreSQL ``synchronous_commit = on``, SQLite
+        ``synchronous = FULL``): the call markers that guard side effects.
+        """
 
     async def load(self, run_id: str) -> StoredRun | None: ...
 
     async def load_events(self, run_id: str, *, after: int = 0) -> list[RunEvent]:
         """The run's stored events with ``seq > after``, in order."""
 
-    async def acquire(self, run_id: str, *, owner: str, now: float, until: float,
-                      steal_from: str | None = None) -> bool:
-        """Take the run's lease if it is free, expired, ours, or held by ``steal_from``
-        (a holder known to be dead); False if another live process holds it."""
+    async def acquire(self, run_id: str, *, owner: str, lease_s: float,
+                      steal_from: str | None = None) -> Lease | None:
+        """Take the run's lease (the next generation) if it is free, expired by the
+        store's clock, or held by ``steal_from`` (a holder known to be dead); None if
+        another live process holds it."""
 
-    async def release(self, run_id: str, *, owner: str) -> None: ...
+    async def release(self, run_id: str, *, owner: str) -> None:
+        """Let go of the run if ``owner`` still holds it."""
 
     async def list_runs(self, *, status: str | None, limit: int) -> list[RunSummary]: ...
 

@@ -7,9 +7,11 @@ what tests of resume logic that need no real database use.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from orchestration.errors import LeaseLost, StoreError
 from orchestration.events import RunEvent
 from orchestration.result import Attempt, StepResult
 from orchestration.state import RunState
@@ -17,6 +19,7 @@ from orchestration.store._base import (
     CallFinished,
     CallMarker,
     CallStarted,
+    Lease,
     RunSummary,
     SaveAttempt,
     SaveEvent,
@@ -39,7 +42,8 @@ class _Run:
     calls: dict[tuple[str, int], CallMarker] = field(default_factory=dict)
     events: list[SaveEvent] = field(default_factory=list)
     lease_owner: str | None = None
-    lease_until: float | None = None
+    lease_until: float | None = None  # time.monotonic(): this process is the only writer
+    generation: int = 0
 
 
 class MemoryStore:
@@ -56,13 +60,22 @@ class MemoryStore:
     async def close(self) -> None:
         return None
 
-    async def create_run(self, write: SaveRun, *, owner: str, lease_until: float) -> bool:
+    async def create_run(self, write: SaveRun, *, owner: str, lease_s: float) -> Lease | None:
         if write.run_id in self._runs:
-            return False
-        self._runs[write.run_id] = _Run(write, lease_owner=owner, lease_until=lease_until)
-        return True
+            return None
+        self._runs[write.run_id] = _Run(write, lease_owner=owner,
+                                        lease_until=time.monotonic() + lease_s, generation=1)
+        return Lease(write.run_id, owner, 1)
 
-    async def write(self, batch: list[Write]) -> None:
+    async def write(self, batch: list[Write], *, lease: Lease | None = None,
+                    lease_s: float = 0.0, durable: bool = False) -> None:
+        if lease is not None:
+            held = self._runs.get(lease.run_id)
+            if held is None or (held.lease_owner, held.generation) != (lease.owner,
+                                                                      lease.generation):
+                raise LeaseLost(f"run {lease.run_id!r}: this process no longer holds the run "
+                                f"(lease generation {lease.generation} was taken over)")
+            held.lease_until = time.monotonic() + lease_s
         for op in batch:
             run = self._runs.get(op.run_id)
             if run is None:
@@ -76,7 +89,12 @@ class MemoryStore:
             elif isinstance(op, SaveAttempt):
                 run.attempts[(op.step_id, op.attempt.number)] = (op.attempt, op.output)
             elif isinstance(op, CallStarted):
-                run.calls[(op.marker.step_id, op.marker.attempt)] = op.marker
+                key = (op.marker.step_id, op.marker.attempt)
+                earlier = run.calls.get(key)
+                if earlier is not None and not earlier.finished and not op.repeat:
+                    raise StoreError(f"run {op.run_id!r}: a call marker is open already for "
+                                     f"step {key[0]!r} attempt {key[1]}: not sent again")
+                run.calls[key] = op.marker
             elif isinstance(op, SaveEvent):
                 run.events.append(op)
             elif isinstance(op, CallFinished):
@@ -97,22 +115,25 @@ class MemoryStore:
                 outputs[(step_id, number)] = output
         open_calls = [m for m in run.calls.values()
                       if not m.finished and m.step_id not in run.steps]
-        return StoredRun(state, attempts, outputs, open_calls, run.lease_owner, run.lease_until)
+        remaining = None if run.lease_until is None else run.lease_until - time.monotonic()
+        return StoredRun(state, attempts, outputs, open_calls, run.lease_owner, remaining)
 
     async def load_events(self, run_id: str, *, after: int = 0) -> list[RunEvent]:
         run = self._runs.get(run_id)
         return [] if run is None else [e.to_event() for e in run.events if e.seq > after]
 
-    async def acquire(self, run_id: str, *, owner: str, now: float, until: float,
-                      steal_from: str | None = None) -> bool:
+    async def acquire(self, run_id: str, *, owner: str, lease_s: float,
+                      steal_from: str | None = None) -> Lease | None:
         run = self._runs.get(run_id)
         if run is None:
-            return False
-        free = (run.lease_owner in (None, owner, steal_from)
-                or run.lease_until is None or run.lease_until < now)
-        if free:
-            run.lease_owner, run.lease_until = owner, until
-        return free
+            return None
+        now = time.monotonic()
+        if not (run.lease_owner in (None, owner, steal_from)
+                or run.lease_until is None or run.lease_until < now):
+            return None
+        run.lease_owner, run.lease_until = owner, now + lease_s
+        run.generation += 1
+        return Lease(run_id, owner, run.generation)
 
     async def release(self, run_id: str, *, owner: str) -> None:
         run = self._runs.get(run_id)

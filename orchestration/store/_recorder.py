@@ -11,8 +11,16 @@ durable before the engine goes on:
   succeeded), so a call that did happen is never mistaken for one that may have.
 
 The recorder also holds the run's **lease**: a process owns the run it executes until
-``lease_s`` after its last renewal, so two processes never run the same run at once.
-A lease whose holder is a dead process on this machine is taken over at once.
+``lease_s`` after its last renewal by the *store's* clock, so two processes never run the
+same run at once. A lease whose holder is a dead process on this machine is taken over at
+once. Every write the recorder makes renews the lease and is fenced by its generation
+(:class:`~orchestration.store._base.Lease`): a process that was paused past its lease and
+lost the run finds out at its next write — at the latest the marker before a side-effect
+call, so before sending — and stops.
+
+A store failure stops the run: the first write that fails (or a fenced write that finds
+the run taken over) calls ``on_failure``, which the orchestrator uses to stop the run's
+work, and the run ends with that :class:`StoreError` instead of going on without a record.
 """
 
 from __future__ import annotations
@@ -22,19 +30,20 @@ import contextlib
 import logging
 import os
 import socket
-import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from pydantic_core import to_json
 
-from orchestration.errors import RunLeased, StoreError
+from orchestration.errors import LeaseLost, RunLeased, StoreError
 from orchestration.result import Attempt, StepResult
 from orchestration.state import RunState
 from orchestration.store._base import (
     CallFinished,
     CallMarker,
     CallStarted,
+    Lease,
     RunStore,
     SaveAttempt,
     SaveEvent,
@@ -124,7 +133,11 @@ class RunRecorder:
         # a recorder without a store (a plan-only call, a Temporal workflow, whose store is
         # its history) holds no lease and so draws no random owner token
         self.owner = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}" if store is not None else ""
+        self.lease: Lease | None = None
         self.failure: StoreError | None = None
+        self.on_failure: Callable[[StoreError], None] | None = None
+        """Called once, with the first store failure: the orchestrator stops the run."""
+        self._held_until = 0.0  # loop time until which the lease surely holds
         self._pending: list[Write] = []
         self._flush_lock = asyncio.Lock()
         self._flusher: asyncio.Task[None] | None = None
@@ -133,56 +146,66 @@ class RunRecorder:
         self._steps_with_attempts: set[str] = set()
         self._plan_text = _PlanText()
 
+    @property
+    def lease_lost(self) -> bool:
+        """Whether another process took the run over from this one."""
+        return isinstance(self.failure, LeaseLost)
+
+    def fail(self, error: StoreError) -> None:
+        """Record the first store failure and stop the run (``on_failure``)."""
+        if self.failure is not None:
+            return
+        self.failure = error
+        log.error("run %s: %s", self.run_id, error)
+        if self.on_failure is not None:
+            self.on_failure(error)
+
     # --- holding the run --------------------------------------------------------------
     async def begin(self, state: RunState) -> None:
         """Record a new run, held by this process; :class:`RunLeased` if the id is taken."""
         if self.store is None:
             return
-        now = time.time()
-        created = await self.store.create_run(snapshot(state, self._plan_text.of(state.plan)),
-                                              owner=self.owner,
-                                              lease_until=now + self.lease_s)
-        if not created:
+        started = asyncio.get_running_loop().time()
+        lease = await self.store.create_run(snapshot(state, self._plan_text.of(state.plan)),
+                                            owner=self.owner, lease_s=self.lease_s)
+        if lease is None:
             raise RunLeased(f"run {self.run_id!r} already exists in {self.store.url}: it was "
                             "started by another call at the same time; use resume or get_run")
-        self._start_renewing()
+        self._hold(lease, started)
 
     async def take_over(self, stored: StoredRun) -> None:
         """Hold a stored run to continue it; :class:`RunLeased` while a live process does."""
         if self.store is None:
             return
         self._steps_with_attempts.update(stored.attempts)
-        now = time.time()
         dead = stored.lease_owner if holder_is_dead(stored.lease_owner) else None
-        if not await self.store.acquire(self.run_id, owner=self.owner, now=now,
-                                        until=now + self.lease_s, steal_from=dead):
-            until = stored.lease_expires_at or now
+        started = asyncio.get_running_loop().time()
+        lease = await self.store.acquire(self.run_id, owner=self.owner, lease_s=self.lease_s,
+                                         steal_from=dead)
+        if lease is None:
+            remaining = stored.lease_remaining_s
+            runs = (f"its lease runs {remaining:.0f} s more by the store's clock"
+                    if remaining is not None and remaining > 0 else "its lease was just renewed")
             raise RunLeased(
                 f"run {self.run_id!r} is being executed by another process "
-                f"({stored.lease_owner}, lease until {time.strftime('%H:%M:%S', time.localtime(until))}"
-                f"); it can be resumed once that process ends or its lease expires "
-                f"(ORCH_STORE_LEASE_S={self.lease_s:g})")
-        self._start_renewing()
+                f"({stored.lease_owner}; {runs}); it can be resumed once that process ends "
+                f"or its lease expires (ORCH_STORE_LEASE_S={self.lease_s:g})")
+        self._hold(lease, started)
 
-    def _start_renewing(self) -> None:
+    def _hold(self, lease: Lease, started: float) -> None:
+        self.lease = lease
+        self._held_until = started + self.lease_s
         self._renewer = asyncio.get_running_loop().create_task(
             self._renew(), name=f"dagwright-lease-{self.run_id}")
 
     async def _renew(self) -> None:
-        assert self.store is not None
-        while True:
+        """Renew the lease (with whatever is buffered) a few times per lease period; the
+        first failure stops the run (:meth:`fail`, inside :meth:`flush`)."""
+        while self.failure is None:
             await asyncio.sleep(self.lease_s / 3)
-            now = time.time()
             try:
-                held = await self.store.acquire(self.run_id, owner=self.owner, now=now,
-                                                until=now + self.lease_s)
-            except StoreError as exc:
-                self.failure = self.failure or exc
-                continue
-            if not held:
-                self.failure = self.failure or RunLeased(
-                    f"run {self.run_id!r}: another process took the run over while this one "
-                    "was executing it (its lease was not renewed in time)")
+                await self.flush()
+            except StoreError:
                 return
 
     # --- buffered writes --------------------------------------------------------------
@@ -222,20 +245,31 @@ class RunRecorder:
         if delay:
             await asyncio.sleep(delay)
         self._flusher = None
-        try:
+        with contextlib.suppress(StoreError):  # flush() has recorded it and stopped the run
             await self.flush()
-        except StoreError as exc:
-            self.failure = self.failure or exc
-            log.error("run %s: the run store failed: %s", self.run_id, exc)
 
     # --- durable writes ---------------------------------------------------------------
-    async def call_started(self, marker: CallMarker) -> None:
+    async def call_started(self, marker: CallMarker, *, repeat: bool = False) -> None:
         """Record that a call with a side effect is about to be sent; returns once the
-        store has it (with everything buffered before it)."""
+        store has it durably (with everything buffered before it), fenced by the lease.
+
+        Raises :class:`StoreError` — and the call must not be sent — when the store cannot
+        commit it, when another process holds the run (:class:`LeaseLost`), or when the
+        commit took so long (a pause) that the lease may lapse before the request leaves.
+        """
         if self.store is None:
             return
-        self._pending.append(CallStarted(self.run_id, marker))
-        await self.flush()
+        self._pending.append(CallStarted(self.run_id, marker, repeat))
+        await self.flush(durable=True)
+        margin = self.lease_s / 3
+        if asyncio.get_running_loop().time() > self._held_until - margin:
+            error = LeaseLost(
+                f"run {self.run_id!r}: recording the call of step {marker.step_id!r} took "
+                f"longer than ORCH_STORE_LEASE_S={self.lease_s:g} allows (this process was "
+                "paused or the store was slow), so its lease may lapse before the request "
+                "leaves; it was not sent, and a resume reports it as an unknown outcome")
+            self.fail(error)
+            raise error
 
     async def call_finished(self, step_id: str, attempt: Attempt, output: Any) -> None:
         """Record the outcome of a call with a side effect, durably."""
@@ -244,11 +278,12 @@ class RunRecorder:
         self._steps_with_attempts.add(step_id)
         self._pending.append(SaveAttempt(self.run_id, step_id, attempt, output))
         self._pending.append(CallFinished(self.run_id, step_id, attempt.number))
-        await self.flush()
+        await self.flush(durable=True)
 
-    async def flush(self) -> None:
-        """Write everything buffered, in one transaction; :class:`StoreError` if it fails
-        (the writes stay buffered for the next try)."""
+    async def flush(self, *, durable: bool = False) -> None:
+        """Write everything buffered in one transaction, renewing (and fenced by) the
+        lease; :class:`StoreError` if it fails (the writes stay buffered, and the run is
+        stopped: :meth:`fail`)."""
         if self.store is None:
             return
         async with self._flush_lock:
@@ -256,14 +291,21 @@ class RunRecorder:
             # on may a full buffer ask for another (while a slow write holds the lock,
             # writes keep coming; each must not schedule a flush of its own)
             self._flush_soon = False
+            if self.failure is not None:
+                raise self.failure  # the run stopped: nothing more is written
             batch, self._pending = self._pending, []
-            if not batch:
+            if not batch and self.lease is None:
                 return
+            started = asyncio.get_running_loop().time()
             try:
-                await self.store.write(batch)
-            except StoreError:
+                await self.store.write(batch, lease=self.lease, lease_s=self.lease_s,
+                                       durable=durable)
+            except StoreError as exc:
                 self._pending[:0] = batch
+                self.fail(exc)
                 raise
+            if self.lease is not None:
+                self._held_until = started + self.lease_s
 
     async def finish(self, state: RunState | None) -> None:
         """The run ended (or stopped in this process): write its last state, let go of it.
@@ -278,13 +320,13 @@ class RunRecorder:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        if state is not None:
-            self.save_run(state)
-        try:
-            await self.flush()
-        except StoreError as exc:
-            self.failure = self.failure or exc
-        with contextlib.suppress(StoreError):
-            await self.store.release(self.run_id, owner=self.owner)
+        if self.failure is None:
+            if state is not None:
+                self.save_run(state)
+            with contextlib.suppress(StoreError):  # recorded in self.failure
+                await self.flush()
+        if not self.lease_lost:  # a run another process took over is not ours to release
+            with contextlib.suppress(StoreError):
+                await self.store.release(self.run_id, owner=self.owner)
         if self.failure is not None:
             raise self.failure

@@ -6,24 +6,32 @@ several processes on one machine can share the file), PostgreSQL through psycopg
 async connections (one per event loop). The layout is created on first use and migrated
 when it is older than this code (:data:`SCHEMA_VERSION`); a database that holds other
 tables and not ours, or a file that is not a database, is reported and never touched.
+
+Lease time is the store's: SQL reads it through ``dagwright_now()`` (PostgreSQL's
+``clock_timestamp()``; for SQLite a function of the connection that reads this machine's
+boot-time clock, which every process on the machine shares and no wall-clock step moves)
+and ``dagwright_clock()`` names that clock, so a lease taken before a reboot is not
+compared with a clock that started again at zero.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import sqlite3
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic_core import to_json
 
-from orchestration.errors import StoreError
+from orchestration.errors import LeaseLost, StoreError
 from orchestration.events import RunEvent
 from orchestration.result import Attempt, StepResult
 from orchestration.state import RunState
@@ -32,6 +40,7 @@ from orchestration.store._base import (
     CallFinished,
     CallMarker,
     CallStarted,
+    Lease,
     RunSummary,
     SaveAttempt,
     SaveEvent,
@@ -76,6 +85,11 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             run_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL,
             at DOUBLE PRECISION NOT NULL, data TEXT NOT NULL, PRIMARY KEY (run_id, seq))""",
     ),
+    2: (  # version 3: fenced leases on the store's clock (a lease taken by an older
+        # version, on a wall clock, has no clock name and so counts as expired)
+        "ALTER TABLE dagwright_runs ADD COLUMN lease_generation INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE dagwright_runs ADD COLUMN lease_clock TEXT",
+    ),
 }
 """Statements that bring a layout of version ``n`` to ``n + 1`` (a new store is created at
 version 1 and brought up the same way, so every migration runs in every test)."""
@@ -99,6 +113,29 @@ def _encode_event_data(data: dict[str, Any]) -> str:
     dicts it takes a fifth of the time of the standard library's (which enters Python
     code on every call before reaching its C encoder)."""
     return to_json(data, fallback=str).decode()
+
+
+_MARK = ("INSERT INTO dagwright_calls (run_id, step_id, attempt, layer, params, "
+         "idempotency_key, started_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
+         "ON CONFLICT (run_id, step_id, attempt) DO UPDATE SET layer = excluded.layer, "
+         "params = excluded.params, idempotency_key = excluded.idempotency_key, "
+         "started_at = excluded.started_at, finished_at = NULL")
+_MARK_ONLY_OVER_FINISHED = " WHERE dagwright_calls.finished_at IS NOT NULL"
+_MARK_REPEAT = _MARK
+"""The marker of a call sent again with its key by the run's new holder: it refreshes
+the open marker of the same call."""
+_MARK = _MARK + _MARK_ONLY_OVER_FINISHED
+"""A call's marker. It may take the place of a *finished* marker of the same attempt
+number (a step paused for approval numbers its attempts anew), never of an open one: a
+second writer's marker for a call in flight changes no row, and the write fails
+(:data:`_EVERY_ROW_COUNTS`) instead of "succeeding" and sending."""
+_EVERY_ROW_COUNTS = frozenset({_MARK})
+
+
+def _check_counted(url: str, sql: str, expected: int, changed: int) -> None:
+    if sql in _EVERY_ROW_COUNTS and changed != expected:
+        raise StoreError(f"run store {url}: a call marker is open already for the same step "
+                         "and attempt: another process is sending it. Not sent again.")
 
 
 _INSERT_EVENT = ("INSERT INTO dagwright_events (run_id, seq, type, at, data) "
@@ -158,9 +195,7 @@ def _write_statements(batch: Iterable[Write]) -> list[Statement]:
         elif isinstance(op, CallStarted):
             m = op.marker
             out.append((
-                "INSERT INTO dagwright_calls (run_id, step_id, attempt, layer, params, "
-                "idempotency_key, started_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (run_id, step_id, attempt) DO NOTHING",
+                _MARK_REPEAT if op.repeat else _MARK,
                 (op.run_id, m.step_id, m.attempt, m.layer, json.dumps(m.params),
                  m.idempotency_key, m.started_at)))
         elif isinstance(op, CallFinished):
@@ -171,6 +206,39 @@ def _write_statements(batch: Iterable[Write]) -> list[Statement]:
     return out
 
 
+_RENEW = ("UPDATE dagwright_runs SET lease_expires_at = dagwright_now() + ? "
+          "WHERE run_id = ? AND lease_owner = ? AND lease_generation = ?")
+"""A holder's lease renewal, and the fence of every write it makes: it changes the run's
+row only while that generation still holds it."""
+
+
+def _lease_lost(url: str, guard: Statement) -> LeaseLost:
+    run_id, generation = guard[1][1], guard[1][3]
+    return LeaseLost(
+        f"run {run_id!r}: this process no longer holds the run (lease generation "
+        f"{generation} in {url} was taken over after it expired by the store's clock: a "
+        "long pause, a frozen machine, or a store it could not reach). Nothing more was "
+        "sent by this process; the run belongs to the process that took it over.")
+
+
+def _boot_clock() -> float:
+    """This machine's seconds since boot (suspend included where the OS counts it): the
+    lease clock of a SQLite store, shared by every process on the machine and never
+    stepped like the wall clock."""
+    boottime = getattr(time, "CLOCK_BOOTTIME", None)
+    return time.clock_gettime(boottime) if boottime is not None else time.monotonic()
+
+
+def _boot_id() -> str:
+    """Which boot of this machine ``_boot_clock`` counts from."""
+    with contextlib.suppress(OSError):
+        return "boot:" + Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    return f"boot:{time.time() - _boot_clock():.0f}"  # no boot id: when the clock started
+
+
+_BOOT_ID = _boot_id()
+
+
 class _SQLStore(ABC):
     """Everything but connecting and executing, shared by SQLite and PostgreSQL."""
 
@@ -178,12 +246,18 @@ class _SQLStore(ABC):
 
     # --- what a backend provides ------------------------------------------------------
     @abstractmethod
-    async def _transaction(self, statements: list[Statement]) -> list[int]:
-        """Run ``statements`` in one transaction; the row count of each."""
+    async def _transaction(
+        self, statements: list[Statement]
+    ) -> tuple[list[int], list[tuple[Any, ...]]]:
+        """Run ``statements`` in one transaction; the row count of each, and the rows the
+        last one returned (when it is a query)."""
 
     @abstractmethod
-    async def _write_many(self, groups: list[tuple[str, list[Sequence[Any]]]]) -> None:
-        """Run each statement with each of its parameter rows, all in one transaction."""
+    async def _write_many(self, groups: list[tuple[str, list[Sequence[Any]]]], *,
+                          guard: Statement | None = None, durable: bool = False) -> None:
+        """Run each statement with each of its parameter rows, all in one transaction;
+        first ``guard`` (a lease renewal), which must change one row or nothing is
+        written (:class:`LeaseLost`)."""
 
     @abstractmethod
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
@@ -224,27 +298,31 @@ class _SQLStore(ABC):
                              "unreadable; the database is damaged.") from exc
 
     # --- the interface --------------------------------------------------------------
-    async def create_run(self, write: SaveRun, *, owner: str, lease_until: float) -> bool:
-        (count,) = await self._transaction([(
+    async def create_run(self, write: SaveRun, *, owner: str, lease_s: float) -> Lease | None:
+        (count,), _ = await self._transaction([(
             "INSERT INTO dagwright_runs (run_id, query, status, started_at, finished_at, "
-            "updated_at, state, steps, error, lease_owner, lease_expires_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
+            "updated_at, state, steps, error, lease_owner, lease_expires_at, "
+            "lease_generation, lease_clock) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+            "dagwright_now() + ?, 1, dagwright_clock()) ON CONFLICT (run_id) DO NOTHING",
             (write.run_id, write.query, write.status, write.started_at, write.finished_at,
              time.time(), write.state_json, json.dumps(write.steps), write.error, owner,
-             lease_until))])
-        return count == 1
+             lease_s))])
+        return Lease(write.run_id, owner, 1) if count == 1 else None
 
-    async def write(self, batch: list[Write]) -> None:
-        if batch:
-            await self._write_many(_write_groups(batch))
+    async def write(self, batch: list[Write], *, lease: Lease | None = None,
+                    lease_s: float = 0.0, durable: bool = False) -> None:
+        if batch or lease is not None:
+            guard = None if lease is None else (_RENEW, (lease_s, lease.run_id, lease.owner,
+                                                         lease.generation))
+            await self._write_many(_write_groups(batch), guard=guard, durable=durable)
 
     async def load(self, run_id: str) -> StoredRun | None:
         rows = await self._fetch(
-            "SELECT state, lease_owner, lease_expires_at FROM dagwright_runs WHERE run_id = ?",
-            (run_id,))
+            "SELECT state, lease_owner, lease_expires_at - dagwright_now(), "
+            "lease_clock = dagwright_clock() FROM dagwright_runs WHERE run_id = ?", (run_id,))
         if not rows:
             return None
-        state_json, owner, until = rows[0]
+        state_json, owner, remaining, same_clock = rows[0]
         steps = {sid: StepResult.model_validate_json(result) for sid, result in await self._fetch(
             "SELECT step_id, result FROM dagwright_steps WHERE run_id = ?", (run_id,))}
         state = RunState.from_stored(json.loads(state_json), steps)
@@ -264,7 +342,8 @@ class _SQLStore(ABC):
                 "ORDER BY started_at", (run_id,))
             if step_id not in steps
         ]
-        return StoredRun(state, attempts, outputs, calls, owner, until)
+        held = None if remaining is None or not same_clock else float(remaining)
+        return StoredRun(state, attempts, outputs, calls, owner, held)
 
     async def load_events(self, run_id: str, *, after: int = 0) -> list[RunEvent]:
         rows = await self._fetch(
@@ -273,14 +352,19 @@ class _SQLStore(ABC):
         return [RunEvent(run_id=run_id, seq=seq, type=kind, at=at, data=json.loads(data))
                 for seq, kind, at, data in rows]
 
-    async def acquire(self, run_id: str, *, owner: str, now: float, until: float,
-                      steal_from: str | None = None) -> bool:
-        (count,) = await self._transaction([(
-            "UPDATE dagwright_runs SET lease_owner = ?, lease_expires_at = ? WHERE run_id = ? "
-            "AND (lease_owner IS NULL OR lease_owner = ? OR lease_owner = ? "
-            "OR lease_expires_at IS NULL OR lease_expires_at < ?)",
-            (owner, until, run_id, owner, steal_from or owner, now))])
-        return count == 1
+    async def acquire(self, run_id: str, *, owner: str, lease_s: float,
+                      steal_from: str | None = None) -> Lease | None:
+        (count, _), rows = await self._transaction([
+            ("UPDATE dagwright_runs SET lease_owner = ?, lease_generation = lease_generation + 1, "
+             "lease_expires_at = dagwright_now() + ?, lease_clock = dagwright_clock() "
+             "WHERE run_id = ? AND (lease_owner IS NULL OR lease_owner = ? "
+             "OR lease_expires_at IS NULL OR lease_expires_at < dagwright_now() "
+             "OR lease_clock IS NULL OR lease_clock <> dagwright_clock())",
+             (owner, lease_s, run_id, steal_from or owner)),
+            ("SELECT lease_generation FROM dagwright_runs WHERE run_id = ? AND lease_owner = ?",
+             (run_id, owner)),
+        ])
+        return Lease(run_id, owner, int(rows[0][0])) if count == 1 and rows else None
 
     async def release(self, run_id: str, *, owner: str) -> None:
         await self._transaction([(
@@ -299,7 +383,7 @@ class _SQLStore(ABC):
         marks = ", ".join("?" for _ in _FINISHED)
         old = f"SELECT run_id FROM dagwright_runs WHERE status IN ({marks}) AND finished_at < ?"
         params = (*_FINISHED, cutoff)
-        counts = await self._transaction([
+        counts, _ = await self._transaction([
             *((f"DELETE FROM {table} WHERE run_id IN ({old})", params)
               for table in ("dagwright_steps", "dagwright_attempts", "dagwright_calls",
                             "dagwright_events")),
@@ -309,24 +393,34 @@ class _SQLStore(ABC):
 
 
 class SqliteStore(_SQLStore):
-    """A run store in one SQLite file (WAL mode: several processes on one machine)."""
+    """A run store in one SQLite file (WAL mode: several processes on one machine).
+
+    The file is created on first open only. Once open, every statement first checks that
+    the path still names the same file: a database removed or replaced while in use
+    (SQLite would go on writing into the unlinked file, and every write would "succeed")
+    is a :class:`StoreError`, so a run never goes on without a record.
+    """
 
     def __init__(self, url: str, path: Path) -> None:
         self.url = url
         self.path = path
         self._conn: sqlite3.Connection | None = None
+        self._identity: tuple[int, int] | None = None  # (device, inode) of the open file
         self._lock = threading.Lock()  # one statement at a time on the shared connection
 
     async def open(self) -> None:
         """Open the file and create or migrate its layout."""
-        await asyncio.to_thread(self._open)
+        await asyncio.to_thread(self._open, True)
         await self._ensure_layout()
 
-    def _open(self) -> None:
+    def _open(self, create: bool = False) -> None:
         if self._conn is not None:
             return
+        if self._identity is not None or not create:
+            self._check_same_file()  # a reconnect must find the file it had
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if create:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, timeout=10.0, isolation_level=None,
                                    check_same_thread=False)
         except (OSError, sqlite3.Error) as exc:
@@ -335,62 +429,105 @@ class SqliteStore(_SQLStore):
         try:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
-        except sqlite3.DatabaseError as exc:
+            conn.create_function("dagwright_now", 0, _boot_clock)
+            conn.create_function("dagwright_clock", 0, lambda: _BOOT_ID, deterministic=True)
+            stat = os.stat(self.path)
+        except (sqlite3.DatabaseError, OSError) as exc:
             conn.close()
             raise StoreError(f"run store {self.url}: {self.path} is not a SQLite database "
                              f"({exc}); it was left untouched. Move it away or set "
                              "ORCH_STORE_URL to another file.") from exc
+        if self._identity is None:
+            self._identity = (stat.st_dev, stat.st_ino)
         self._conn = conn
+
+    def _check_same_file(self) -> None:
+        """Raise :class:`StoreError` unless the path still names the file first opened."""
+        try:
+            stat = os.stat(self.path)
+        except OSError as exc:
+            raise StoreError(
+                f"run store {self.url}: the database file {self.path} is gone ({exc.strerror}): "
+                "it was removed while in use, and what this process recorded since is lost. "
+                "Runs that were executing stop here; restore the file, or point "
+                "ORCH_STORE_URL at a store you keep, before resuming them.") from exc
+        if self._identity is not None and (stat.st_dev, stat.st_ino) != self._identity:
+            raise StoreError(
+                f"run store {self.url}: the database file {self.path} was replaced by another "
+                "file while in use; runs that were executing stop here rather than write "
+                "into a store that no longer has their record.")
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
             await asyncio.to_thread(conn.close)
 
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is None:
-            self._open()
-        assert self._conn is not None
-        return self._conn
-
-    def _run_transaction(self, statements: list[Statement]) -> list[int]:
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
-            conn = self._connection()
+            if self._conn is None:
+                self._open()
+            else:
+                self._check_same_file()
+            assert self._conn is not None
+            yield self._conn
+
+    def _run_transaction(
+        self, statements: list[Statement]
+    ) -> tuple[list[int], list[tuple[Any, ...]]]:
+        with self._connection() as conn:
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                counts = [conn.execute(sql, params).rowcount for sql, params in statements]
+                counts, rows = [], []
+                for sql, params in statements:
+                    cursor = conn.execute(sql, params)
+                    counts.append(cursor.rowcount)
+                    rows = cursor.fetchall() if cursor.description else []
                 conn.execute("COMMIT")
-                return counts
+                return counts, rows
             except sqlite3.Error as exc:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise StoreError(f"run store {self.url}: write failed: {exc}") from exc
 
-    def _run_write_many(self, groups: list[tuple[str, list[Sequence[Any]]]]) -> None:
-        with self._lock:
-            conn = self._connection()
+    def _run_write_many(self, groups: list[tuple[str, list[Sequence[Any]]]],
+                        guard: Statement | None, durable: bool) -> None:
+        with self._connection() as conn:
             try:
+                if durable:  # fsync the WAL at this commit, not only at checkpoints
+                    conn.execute("PRAGMA synchronous=FULL")
                 conn.execute("BEGIN IMMEDIATE")
+                if guard is not None and conn.execute(*guard).rowcount != 1:
+                    conn.execute("ROLLBACK")
+                    raise _lease_lost(self.url, guard)
                 for sql, rows in groups:
-                    conn.executemany(sql, rows)
+                    changed = conn.executemany(sql, rows).rowcount
+                    _check_counted(self.url, sql, len(rows), changed)
                 conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise StoreError(f"run store {self.url}: write failed: {exc}") from exc
+            finally:
+                if durable:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("PRAGMA synchronous=NORMAL")
 
     def _run_fetch(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        with self._lock:
+        with self._connection() as conn:
             try:
-                return self._connection().execute(sql, params).fetchall()
+                return conn.execute(sql, params).fetchall()
             except sqlite3.Error as exc:
                 raise StoreError(f"run store {self.url}: read failed: {exc}") from exc
 
-    async def _transaction(self, statements: list[Statement]) -> list[int]:
+    async def _transaction(
+        self, statements: list[Statement]
+    ) -> tuple[list[int], list[tuple[Any, ...]]]:
         return await asyncio.to_thread(self._run_transaction, statements)
 
-    async def _write_many(self, groups: list[tuple[str, list[Sequence[Any]]]]) -> None:
-        await asyncio.to_thread(self._run_write_many, groups)
+    async def _write_many(self, groups: list[tuple[str, list[Sequence[Any]]]], *,
+                          guard: Statement | None = None, durable: bool = False) -> None:
+        await asyncio.to_thread(self._run_write_many, groups, guard, durable)
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return await asyncio.to_thread(self._run_fetch, sql, params)
@@ -400,83 +537,105 @@ class SqliteStore(_SQLStore):
         return {r[0] for r in rows}
 
 
+_PG_CLOCK = "EXTRACT(EPOCH FROM clock_timestamp())::double precision"
+
 
 class PostgresStore(_SQLStore):
-    """A run store in PostgreSQL (psycopg 3; one async connection per event loop)."""
+    """A run store in PostgreSQL (psycopg 3; one async connection per event loop).
+
+    Lease time is the server's ``clock_timestamp()``. Concurrent first uses on one event
+    loop share one connection, made once under a lock, and the layout is created or
+    migrated once (under an advisory lock, for other processes). Every failure of the
+    driver or the server reaches the caller as :class:`StoreError`.
+    """
 
     def __init__(self, url: str) -> None:
         self.url = masked_url(url)
         self._dsn = url
         self._conns: dict[int, Any] = {}
-        self._locks: dict[int, asyncio.Lock] = {}
+        self._locks: dict[int, asyncio.Lock] = {}  # one statement at a time, per connection
+        self._connecting: dict[int, asyncio.Lock] = {}
+        self._opening: dict[int, asyncio.Lock] = {}
+        self._layout_ready = False
 
     async def _connection(self) -> tuple[Any, asyncio.Lock]:
         loop_id = id(asyncio.get_running_loop())
         conn = self._conns.get(loop_id)
-        if conn is None or conn.closed:
-            try:
-                import psycopg
-            except ImportError as exc:
-                raise StoreError("ORCH_STORE_URL names PostgreSQL but psycopg is not installed: "
-                                 "pip install 'dagwright[postgres]'") from exc
-            try:
-                conn = await psycopg.AsyncConnection.connect(
-                    self._dsn, connect_timeout=10, autocommit=True)
-            except psycopg.Error as exc:
-                raise StoreError(f"run store {self.url}: cannot connect: "
-                                 f"{str(exc).strip().splitlines()[0]}. Check the server is up "
-                                 "and ORCH_STORE_URL is right.") from exc
-            self._conns[loop_id] = conn
-            self._locks[loop_id] = asyncio.Lock()
+        if conn is not None and not conn.closed:
+            return conn, self._locks[loop_id]
+        async with self._connecting.setdefault(loop_id, asyncio.Lock()):
+            conn = self._conns.get(loop_id)
+            if conn is None or conn.closed:
+                try:
+                    import psycopg
+                except ImportError as exc:
+                    raise StoreError("ORCH_STORE_URL names PostgreSQL but psycopg is not "
+                                     "installed: pip install '.[postgres]' from a clone of "
+                                     "dagwright, or 'dagwright[postgres]' from a wheel") from exc
+                try:
+                    conn = await psycopg.AsyncConnection.connect(
+                        self._dsn, connect_timeout=10, autocommit=True)
+                except psycopg.Error as exc:
+                    raise StoreError(f"run store {self.url}: cannot connect: "
+                                     f"{_first_line(exc)}. Check the server is up "
+                                     "and ORCH_STORE_URL is right.") from exc
+                self._conns[loop_id] = conn
+                self._locks.setdefault(loop_id, asyncio.Lock())
         return conn, self._locks[loop_id]
 
     async def close(self) -> None:
         conn = self._conns.pop(id(asyncio.get_running_loop()), None)
         if conn is not None:
-            await conn.close()
+            with contextlib.suppress(Exception):
+                await conn.close()
 
     @staticmethod
     def _pg(sql: str) -> str:
-        return sql.replace("?", "%s")
+        return (sql.replace("?", "%s").replace("dagwright_now()", _PG_CLOCK)
+                .replace("dagwright_clock()", "'postgres'"))
 
-    async def _transaction(self, statements: list[Statement]) -> list[int]:
+    @contextlib.asynccontextmanager
+    async def _session(self, what: str) -> AsyncIterator[Any]:
+        """The connection, alone, with any driver failure turned into :class:`StoreError`."""
         import psycopg
 
         conn, lock = await self._connection()
         async with lock:
             try:
-                async with conn.transaction():
-                    counts = []
-                    for sql, params in statements:
-                        cursor = await conn.execute(self._pg(sql), params)
-                        counts.append(cursor.rowcount)
-                    return counts
+                yield conn
             except psycopg.Error as exc:
-                raise StoreError(f"run store {self.url}: write failed: {exc}") from exc
+                raise StoreError(f"run store {self.url}: {what} failed: {_first_line(exc)}"
+                                 ) from exc
 
-    async def _write_many(self, groups: list[tuple[str, list[Sequence[Any]]]]) -> None:
-        import psycopg
+    async def _transaction(
+        self, statements: list[Statement]
+    ) -> tuple[list[int], list[tuple[Any, ...]]]:
+        async with self._session("write") as conn, conn.transaction():
+            counts: list[int] = []
+            rows: list[tuple[Any, ...]] = []
+            for sql, params in statements:
+                cursor = await conn.execute(self._pg(sql), params)
+                counts.append(cursor.rowcount)
+                rows = list(await cursor.fetchall()) if cursor.description else []
+            return counts, rows
 
-        conn, lock = await self._connection()
-        async with lock:
-            try:
-                async with conn.transaction(), conn.cursor() as cursor:
-                    for sql, rows in groups:
-                        await cursor.executemany(self._pg(sql), rows)
-            except psycopg.Error as exc:
-                raise StoreError(f"run store {self.url}: write failed: {exc}") from exc
+    async def _write_many(self, groups: list[tuple[str, list[Sequence[Any]]]], *,
+                          guard: Statement | None = None, durable: bool = False) -> None:
+        async with self._session("write") as conn, conn.transaction(), conn.cursor() as cursor:
+            if durable:  # whatever the server's default: this commit waits for the disk
+                await cursor.execute("SET LOCAL synchronous_commit = on")
+            if guard is not None:
+                await cursor.execute(self._pg(guard[0]), guard[1])
+                if cursor.rowcount != 1:
+                    raise _lease_lost(self.url, guard)  # rolls the transaction back
+            for sql, rows in groups:
+                await cursor.executemany(self._pg(sql), rows)
+                _check_counted(self.url, sql, len(rows), cursor.rowcount)
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        import psycopg
-
-        conn, lock = await self._connection()
-        async with lock:
-            try:
-                async with conn.transaction():
-                    cursor = await conn.execute(self._pg(sql), params)
-                    return list(await cursor.fetchall())
-            except psycopg.Error as exc:
-                raise StoreError(f"run store {self.url}: read failed: {exc}") from exc
+        async with self._session("read") as conn, conn.transaction():
+            cursor = await conn.execute(self._pg(sql), params)
+            return list(await cursor.fetchall())
 
     async def _tables(self) -> set[str]:
         rows = await self._fetch(
@@ -485,12 +644,21 @@ class PostgresStore(_SQLStore):
         return {r[0] for r in rows}
 
     async def open(self) -> None:
-        """Connect and create or migrate the layout (one process at a time)."""
-        conn, lock = await self._connection()
-        async with lock:  # concurrent first uses create the tables one after the other
-            await conn.execute("SELECT pg_advisory_lock(7367240563)")
-        try:
-            await self._ensure_layout()
-        finally:
-            async with lock:
-                await conn.execute("SELECT pg_advisory_unlock(7367240563)")
+        """Connect and create or migrate the layout: once per store, one process at a time."""
+        async with self._opening.setdefault(id(asyncio.get_running_loop()), asyncio.Lock()):
+            await self._connection()
+            if self._layout_ready:
+                return
+            async with self._session("open") as conn:
+                await conn.execute("SELECT pg_advisory_lock(7367240563)")
+            try:
+                await self._ensure_layout()
+            finally:
+                with contextlib.suppress(StoreError):
+                    async with self._session("open") as conn:
+                        await conn.execute("SELECT pg_advisory_unlock(7367240563)")
+            self._layout_ready = True
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import os
 import socket
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -188,8 +187,7 @@ class RunActivities:
             self._store_opened = True
         state = RunState.model_validate(payload["state"])
         record = snapshot(state)
-        now = time.time()
-        await self.store.create_run(record, owner=self.owner, lease_until=now + _LEASE_FOREVER_S)
+        await self.store.create_run(record, owner=self.owner, lease_s=_LEASE_FOREVER_S)
         await self.store.write([
             record, *(SaveStep(state.run_id, step) for step in state.steps.values()),
             *(SaveEvent.of(RunEvent.model_validate(e)) for e in payload["events"])])

@@ -237,10 +237,10 @@ class FailingStore(MemoryStore):
         super().__init__()
         self.failing = False
 
-    async def write(self, batch: list[Any]) -> None:
+    async def write(self, batch: list[Any], **fence: Any) -> None:
         if self.failing:
             raise StoreError("run store memory://: write failed: database or disk is full")
-        await super().write(batch)
+        await super().write(batch, **fence)
 
 
 def test_a_store_that_fails_mid_run_never_sends_an_unrecorded_side_effect(
@@ -271,7 +271,9 @@ def test_a_store_that_fails_mid_run_never_sends_an_unrecorded_side_effect(
     assert pay.status == "failed" and pay.error is not None
     assert pay.error.code == "STORE_UNAVAILABLE" and not pay.error.request_sent
     assert pay.attempts[-1].outcome == "not_sent"
-    assert result.steps["receipt"].status == "skipped"
+    # the run stopped at the store's failure: nothing after the payment was started
+    assert "receipt" not in result.steps or result.steps["receipt"].status == "skipped"
+    assert result.status == "failed" and "run store failed" in (result.error or "")
 
 
 # --- retention --------------------------------------------------------------------------------
@@ -330,7 +332,10 @@ def test_an_older_store_layout_is_migrated_and_a_newer_one_refused(
     assert result.status == "succeeded"
     assert [e.type for e in orch.get_events("migrated")][-1] == "run_finished"  # v2's events
     with sqlite3.connect(old) as conn:
-        assert conn.execute("SELECT value FROM dagwright_meta").fetchone() == ("2",)
+        assert conn.execute("SELECT value FROM dagwright_meta").fetchone() == ("3",)
+        # v3's fenced lease: the run was created at generation 1 and released at its end
+        assert conn.execute("SELECT lease_generation, lease_owner FROM dagwright_runs "
+                            "WHERE run_id = 'migrated'").fetchone() == (1, None)
 
     with sqlite3.connect(old) as conn:
         conn.execute("UPDATE dagwright_meta SET value = '99'")
