@@ -30,6 +30,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -112,6 +113,13 @@ def _encode(params: dict[str, Any], *, query: bool) -> tuple[dict[str, str] | No
     from deep in the client. Raises ``ValueError`` naming the problem and its path."""
     body = encode(params, max_depth=10_000)  # depth is prepare's job; this is encoding
     return (_query_params(params), None) if query else (None, body)
+
+
+def _without_userinfo(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 class ToolTransport:
@@ -304,6 +312,10 @@ class ToolTransport:
         assert capability.url is not None
         url = capability.url
         headers = {**capability.headers, **extra_headers}
+        if "@" in url and any(name.lower() == "authorization" for name in headers):
+            # the configured Authorization header wins: httpx would replace it with Basic
+            # auth built from the URL's user:password (docs/tools.md)
+            url = _without_userinfo(url)
         query = capability.method in ("GET", "HEAD", "DELETE")
         try:
             query_params, body = _encode(params, query=query)

@@ -7,6 +7,8 @@ nothing is lost when it crosses an API boundary::
     Exception
     ├── DagwrightError                 raised by dagwright; catch this for "anything we raise"
     │   ├── ConfigError                a setting is missing, wrong or contradictory
+    │   ├── InvalidInput               an argument of a call cannot be used: a query that
+    │   │                              is not valid Unicode, a malformed run id (ValueError)
     │   ├── CatalogError               a catalog is malformed, or a tool/capability unknown
     │   ├── StoreError                 the run store cannot be opened, read or written
     │   │   └── RunLeased              another process is executing that run right now
@@ -51,6 +53,7 @@ __all__ = [
     "ConfigError",
     "ConfigWarning",
     "DagwrightError",
+    "InvalidInput",
     "LLMBudgetExceeded",
     "LLMError",
     "LLMErrorKind",
@@ -125,6 +128,10 @@ class LeaseLost(RunLeased):
     """This process lost the run it was executing: its lease expired by the store's clock
     (a long pause, a frozen VM, a store it could not reach) and another process took the
     run over. Raised before anything more was sent; the run is the new holder's."""
+
+
+class InvalidInput(DagwrightError, ValueError):
+    """An argument of a call (the query, a run id) cannot be used; nothing was recorded."""
 
 
 class RunNotFound(DagwrightError, LookupError):

@@ -36,6 +36,7 @@ from orchestration.errors import (
     ApprovalError,
     ConfigError,
     DagwrightError,
+    InvalidInput,
     LeaseLost,
     RunNotFound,
     StoreError,
@@ -77,8 +78,22 @@ _RUN_ID = re.compile(RUN_ID_PATTERN)
 
 def _check_run_id(run_id: str) -> None:
     if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
-        raise ValueError(f"run_id {run_id!r} is not usable: use 1-200 letters, digits, '_', "
-                         "'.', ':' or '-', starting with a letter or digit")
+        raise InvalidInput(f"run_id {run_id!r} is not usable: use 1-200 letters, digits, '_', "
+                           "'.', ':' or '-', starting with a letter or digit")
+
+
+def _check_query(query: str) -> None:
+    """A query is recorded and sent as UTF-8: text that cannot be (a lone surrogate, which
+    a JSON escape such as \\ud800 decodes to) is refused here, naming where it is."""
+    if not isinstance(query, str):
+        raise InvalidInput(f"the query must be text, not {type(query).__name__}")
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(
+            f"the query is not valid Unicode: character {exc.start} is a lone surrogate "
+            f"({query[exc.start]!r}, often a JSON escape such as \\ud800 without its pair); "
+            "send the text with that character removed or completed") from None
 
 
 def _stop(work: asyncio.Task[Any]) -> None:
@@ -245,6 +260,7 @@ class Orchestrator:
         is sent) or lost a write on the way (the error carries the result),
         :class:`RunLeased` when another process is running it.
         """
+        _check_query(query)
         if self.config.backend == "temporal":
             if run_id is not None:
                 _check_run_id(run_id)
@@ -260,6 +276,7 @@ class Orchestrator:
         on_event: EventCallback | None = None,
         started: asyncio.Future[RunHandle] | None = None,
     ) -> RunResult:
+        _check_query(query)  # (astart comes here directly)
         await self._open_store()
         if run_id is not None:
             _check_run_id(run_id)
@@ -708,6 +725,7 @@ class Orchestrator:
 
     async def plan(self, query: str) -> ValidatedPlan:
         """Plan without executing (what ``dagwright plan`` shows); nothing is recorded."""
+        _check_query(query)
         run = RunState(run_id=uuid.uuid4().hex, query=query)
         recorder = RunRecorder(None, run.run_id, lease_s=self.config.store_lease_s)
         return await self.engine.plan_only(run, self._services(run, recorder))

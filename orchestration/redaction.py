@@ -59,8 +59,9 @@ _SENSITIVE_QUERY_NAMES = frozenset({"key", "sig", "code", "auth", "pwd", "pass",
 
 # "Authorization: Bearer abc", "authorization": "Basic xyz" (header text and plain JSON)
 _AUTHORIZATION = re.compile(r"(?i)(\bauthorization[\"']?\s*+[:=]\s*+[\"']?)[^\"'\r\n,}]++")
-# any remaining bearer/basic token
-_SCHEME_TOKEN = re.compile(r"(?i)(\b(?:bearer|basic)\s++)[A-Za-z0-9._~+/=-]{4,}+")
+# any remaining bearer/basic token (not a lower-case word: "a bearer token is required")
+_SCHEME_TOKEN = re.compile(
+    r"(?i)(\b(?:bearer|basic)\s++)(?-i:(?![a-z]++\b))[A-Za-z0-9._~+/=-]{4,}+")
 # Cookie / Set-Cookie header lines: every cookie on the line
 _COOKIE_LINE = re.compile(r"(?im)((?<![\w-])(?:set-)?cookie[\"']?\s*+:\s*+)[^\r\n]++")
 # key = value, key: value, "key": "value", \"key\": \"value\" ...: the key is a whole word
@@ -76,6 +77,8 @@ _PAIR = re.compile(
 # scheme://userinfo@ — the userinfo masked whole (a token may be the user name)
 _URL_USERINFO = re.compile(
     r"(?<![A-Za-z0-9+.-])(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*+://)(?P<userinfo>[^\s/?#@\"'<>\\]++)@")
+# a userinfo that is a placeholder (USER, USER:PASSWORD), as dagwright's own messages show
+_PLACEHOLDER_USERINFO = re.compile(r"[A-Z][A-Z_]*+(?::[A-Z][A-Z_]*+)?")
 # ?name=value / &name=value in URLs
 _QUERY_PAIR = re.compile(r"(?<=[?&;])(?P<key>[A-Za-z0-9_.~%\[\]-]++)=(?P<val>[^&#\s\"'<>\\]++)")
 # the token a clip cut, just before its "… [truncated N chars]" marker
@@ -106,12 +109,19 @@ def _mask_pair(match: re.Match[str]) -> str:
         return match.group(0)
     value = match["val"]
     opening = re.match(r"\\*[\"']", value)
+    if opening is None and _QUOTED_KEY.match(match["sep"]):
+        # a quoted key with an unquoted value is a JSON (or repr) number or literal:
+        # masking it would break the document, and a secret travels as a string
+        return match.group(0)
     body = value[opening.end():] if opening else value
     if body and body.strip("*") == "":
         return match.group(0)  # already masked by whoever wrote it ("********")
     if not opening and body in ("null", "true", "false", "None", "REDACTED"):
         return match.group(0)  # no secret there, and masking it would break JSON text
     return match["key"] + match["sep"] + (opening.group(0) if opening else "") + MASK
+
+
+_QUOTED_KEY = re.compile(r"\\*[\"']")
 
 
 def _mask_query(match: re.Match[str]) -> str:
@@ -124,6 +134,8 @@ def _mask_query(match: re.Match[str]) -> str:
 def _mask_userinfo(match: re.Match[str]) -> str:
     if match["userinfo"] in ("REDACTED:REDACTED", "REDACTED", MASK):
         return match.group(0)  # masked already (url.full follows the HTTP conventions)
+    if _PLACEHOLDER_USERINFO.fullmatch(match["userinfo"]):
+        return match.group(0)  # USER:PASSWORD in an example of a URL's form
     return f"{match['scheme']}{MASK}@"
 
 
@@ -219,18 +231,29 @@ class Redactor:
         return text
 
     def redact_value(self, value: Any) -> Any:
-        """A copy of a JSON-like value with strings redacted and sensitive keys masked."""
+        """A copy of a JSON-like value with the same shape: every string redacted, and
+        under a key that names a secret every string masked whole (numbers, booleans and
+        null are kept, keys are never changed), so a document stays the same document."""
         if isinstance(value, str):
             return self.redact(value)
         if isinstance(value, Mapping):
-            return {
-                k: (MASK if isinstance(k, str) and SENSITIVE_NAME.search(k) and v not in (None, "")
-                    else self.redact_value(v))
-                for k, v in value.items()
-            }
+            return {k: (_mask_strings(v) if isinstance(k, str) and SENSITIVE_NAME.search(k)
+                        else self.redact_value(v))
+                    for k, v in value.items()}
         if isinstance(value, list | tuple):
             return [self.redact_value(v) for v in value]
         return value
+
+
+def _mask_strings(value: Any) -> Any:
+    """``value`` with every non-empty string in it masked, its shape kept."""
+    if isinstance(value, str):
+        return MASK if value else value
+    if isinstance(value, Mapping):
+        return {k: _mask_strings(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_mask_strings(v) for v in value]
+    return value
 
 
 def _longest_first(literals: Iterable[str]) -> tuple[str, ...]:

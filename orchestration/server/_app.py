@@ -31,6 +31,7 @@ from orchestration.server._errors import (
     handle_http_exception,
     handle_unexpected,
 )
+from orchestration.server._redacting import RedactAnswers
 from orchestration.server._runs import RunManager
 from orchestration.server._security import BodyLimit, SameOriginWrites, TokenAuth, check_token
 from orchestration.server._ui import ui_routes
@@ -97,7 +98,8 @@ def create_app(
                 await orchestrator.aclose()
                 await orchestrator.llm.aclose()
 
-    middleware = [Middleware(BodyLimit, max_bytes=max_body_bytes or config.serve_max_body_bytes),
+    middleware = [Middleware(RedactAnswers, redactor=orchestrator.redactor),
+                  Middleware(BodyLimit, max_bytes=max_body_bytes or config.serve_max_body_bytes),
                   Middleware(SameOriginWrites),
                   Middleware(TokenAuth, token=token)]
     if allowed_hosts is not None:

@@ -25,6 +25,7 @@ from orchestration.result import RunStatus
 from orchestration.server._api import RUN_STATUSES, read_run
 from orchestration.server._dag import NODE_H, NODE_W
 from orchestration.server._errors import ApiError
+from orchestration.server._redacting import redacted_events, redacted_result
 from orchestration.server._runs import RunManager
 from orchestration.server._security import SESSION_COOKIE, session_value
 from orchestration.server._view import BAR_W, run_view
@@ -68,7 +69,7 @@ async def runs_page(request: Request) -> Response:
         runs = await manager.orchestrator.alist_runs(status, 100)
     except StoreError as exc:
         return _render(request, "error.html", 503, title="run store unavailable",
-                       message=str(exc))
+                       message=manager.orchestrator.redactor.redact(str(exc)))
     statuses: list[RunStatus] = list(RUN_STATUSES)
     return _render(request, "runs.html", runs=runs, status=status, statuses=statuses,
                    active=manager.active, max_runs=manager.max_runs)
@@ -81,9 +82,12 @@ async def run_page(request: Request) -> Response:
         result = await read_run(manager, run_id)
     except ApiError as exc:
         return _render(request, "error.html", exc.status, title="run not found"
-                       if exc.status == 404 else "run unavailable", message=exc.message)
-    events = await manager.orchestrator.aget_events(run_id)
-    return _render(request, "run.html", view=run_view(result, events), node_w=NODE_W,
+                       if exc.status == 404 else "run unavailable",
+                       message=manager.orchestrator.redactor.redact(exc.message))
+    redactor = manager.orchestrator.redactor
+    events = redacted_events(redactor, await manager.orchestrator.aget_events(run_id))
+    view = run_view(redacted_result(redactor, result), events)
+    return _render(request, "run.html", view=view, node_w=NODE_W,
                    node_h=NODE_H, bar_w=BAR_W)
 
 

@@ -33,6 +33,7 @@ from pydantic_core import to_json
 
 from orchestration.errors import LeaseLost, StoreError
 from orchestration.events import RunEvent
+from orchestration.redaction import DEFAULT_REDACTOR, SENSITIVE_NAME
 from orchestration.result import Attempt, StepResult
 from orchestration.state import RunState
 from orchestration.store._base import (
@@ -97,13 +98,31 @@ version 1 and brought up the same way, so every migration runs in every test).""
 _FINISHED = ("succeeded", "partial", "failed", "cancelled")
 
 
+_SECRET_PARAMETERS = frozenset({"password", "sslpassword", "passfile", "sslkey", "sslcert",
+                                "sslrootcert", "sslcrl", "token", "key", "secret"})
+"""Query parameters of a store URL that carry a secret (or the path of one): libpq takes
+``password`` and ``sslpassword`` there as well as in the userinfo."""
+
+
 def masked_url(url: str) -> str:
-    """``url`` with its password replaced, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":****@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+    """``url`` with its password replaced — in the userinfo and in the query — for
+    messages, logs and every answer of ``dagwright serve``."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return DEFAULT_REDACTOR.redact(url)
+    if password is None and not parts.query:
+        return url  # (urlunsplit would also drop the empty authority of sqlite:///PATH)
+    if password is not None:
+        parts = parts._replace(netloc=parts.netloc.replace(f":{password}@", ":****@", 1))
+    if parts.query:
+        query = "&".join(
+            f"{name}=****" if name.lower() in _SECRET_PARAMETERS or SENSITIVE_NAME.search(name)
+            else f"{name}={value}" if sep else name
+            for name, sep, value in (pair.partition("=") for pair in parts.query.split("&")))
+        parts = parts._replace(query=query)
+    return urlunsplit(parts)
 
 
 def _encode_event_data(data: dict[str, Any]) -> str:

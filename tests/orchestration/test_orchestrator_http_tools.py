@@ -183,3 +183,46 @@ def test_sync_run_works_again_and_again_with_an_http_llm(
         openai_server.answer(json.dumps(WEATHER_PLAN))
         assert orch.run("weather in Paris").status == "succeeded"
     assert len(openai_server.requests) == 3
+
+
+def test_a_configured_authorization_header_wins_over_url_userinfo() -> None:
+    """A tool whose base_url carries user:password and whose headers set Authorization
+    sends the header it was given, not Basic auth made from the URL."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[str | None] = []
+
+    class Echo(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            seen.append(self.headers.get("Authorization"))
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = b'{"success": true, "data": {"ok": true}}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        catalog = Catalog.from_dict({"tools": [{
+            "name": "api", "base_url": f"http://olduser:oldpass@127.0.0.1:{port}",
+            "headers": {"Authorization": "Bearer new-token-123"},
+            "capabilities": [{"name": "go", "path": "/go", "input_schema": {"type": "object"}}],
+        }]}, source="test")
+        orch = Orchestrator(catalog=catalog, llm=ScriptedLLM(["unused"]),
+                            config=OrchestratorConfig(store_url="memory://",
+                                                      synthesis_enabled=False))
+        result = orch.run("go", plan={"steps": [{"id": "g", "tool": "api", "capability": "go",
+                                                 "params": {}}]})
+        assert result.status == "succeeded"
+        assert seen == ["Bearer new-token-123"]
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -63,6 +63,18 @@ class PostgresServer:
         """The server's process id, read from ``postmaster.pid`` (its first line)."""
         return int((self.data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
 
+    def crash(self) -> None:
+        """Stop the server as a crash would (``pg_ctl stop -m immediate``: no checkpoint,
+        nothing flushed that was not already written)."""
+        _run([str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-m", "immediate", "-w",
+              "stop"], what="pg_ctl stop -m immediate", user=_server_user(), timeout_s=40)
+
+    def restart(self, timeout_s: float = 60) -> None:
+        """Start the server again after :meth:`crash` (it recovers from its WAL)."""
+        _run([str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-l", str(self.log_path),
+              "-w", "-t", str(int(timeout_s)), "start"], what="pg_ctl start",
+             user=_server_user(), timeout_s=timeout_s + 10)
+
     def create_database(self, name: str) -> str:
         """Create an empty database ``name`` and return its DSN, for tests that need isolation."""
         if not DATABASE_NAME_PATTERN.fullmatch(name):
@@ -148,10 +160,12 @@ def _temp_root(user: _OsUser) -> Path:
     return root
 
 
-def _configure(data_dir: Path, socket_dir: Path) -> None:
+def _configure(data_dir: Path, socket_dir: Path, settings: dict[str, str] | None = None) -> None:
     """Listen on 127.0.0.1 only; trust the private unix socket, demand a password over TCP.
 
     The port goes in an included file of its own, rewritten when a start is retried.
+    ``settings`` (``postgresql.conf`` lines) come last and so win over the throwaway
+    defaults: the fault tests configure a cluster as a production one is.
     """
     with (data_dir / "postgresql.conf").open("a") as conf:
         conf.write(
@@ -160,7 +174,8 @@ def _configure(data_dir: Path, socket_dir: Path) -> None:
             f"unix_socket_directories = '{socket_dir}'\n"
             # a throwaway cluster: durability to disk buys nothing and costs test time
             "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n"
-            "include 'port.conf'\n")
+            + "".join(f"{name} = {value}\n" for name, value in (settings or {}).items())
+            + "include 'port.conf'\n")
     (data_dir / "pg_hba.conf").write_text(
         "# TYPE  DATABASE  USER  ADDRESS       METHOD\n"
         "local   all       all                 trust\n"
@@ -175,7 +190,8 @@ def _set_port(data_dir: Path, port: int, user: _OsUser) -> None:
 
 @contextmanager
 def start_postgres(database: str = "dagwright_test", user: str = "dagwright",
-                   start_timeout_s: float = 60) -> Iterator[PostgresServer]:
+                   start_timeout_s: float = 60,
+                   settings: dict[str, str] | None = None) -> Iterator[PostgresServer]:
     """Start a fresh cluster with superuser ``user`` (random password) and ``database``; remove it after.
 
     Raises ``ServerUnavailable`` when the binaries or the ``postgres`` OS user are missing.
@@ -197,7 +213,7 @@ def start_postgres(database: str = "dagwright_test", user: str = "dagwright",
               "--auth-local=trust", "--auth-host=scram-sha-256", "--encoding=UTF8", "--no-locale",
               "--no-sync"], what="initdb", user=os_user)
         password_file.unlink()
-        _configure(data_dir, root)
+        _configure(data_dir, root, settings)
         port = 0
         for attempt in range(3):  # another process may take the free port before postgres binds it
             port = free_port()

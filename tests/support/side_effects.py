@@ -12,6 +12,9 @@ Endpoints (all on 127.0.0.1):
 * ``POST /receipt`` — idempotent bookkeeping after the payment.
 
 ``executed[path]`` counts executions, ``requests[path]`` every request (with its key).
+``hold_first(path)`` keeps the answer to the *first* request to ``path`` back (after it
+executed) until ``release_first(path)``: the fault tests freeze or kill a process while
+it waits there, and let a second process through meanwhile.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class SideEffectTools:
         self.release = threading.Event()
         self.arrived = threading.Event()  # a held request has executed and is waiting
         self._by_key: dict[str, dict[str, Any]] = {}
+        self._first: dict[str, tuple[threading.Event, threading.Event]] = {}
         self._lock = threading.Lock()
         self.url = ""
 
@@ -65,8 +69,32 @@ class SideEffectTools:
                  "input_schema": {"type": "object"}}]},
         ]}
 
+    def hold_first(self, path: str) -> threading.Event:
+        """Hold the answer to the first request to ``path``; the event is set when it came."""
+        arrived = threading.Event()
+        self._first[path] = (arrived, threading.Event())
+        return arrived
+
+    def release_first(self, path: str) -> None:
+        self._first[path][1].set()
+
+    def _wait_if_first(self, path: str) -> None:
+        with self._lock:
+            held = self._first.get(path)
+            first = held is not None and not held[0].is_set()
+            if first and held is not None:
+                held[0].set()
+        if first and held is not None:
+            held[1].wait(60)
+
     def handle(self, method: str, path: str, body: dict[str, Any],
                key: str | None) -> tuple[int, dict[str, Any]]:
+        answer = self._execute(method, path, body, key)
+        self._wait_if_first(path)
+        return answer
+
+    def _execute(self, method: str, path: str, body: dict[str, Any],
+                 key: str | None) -> tuple[int, dict[str, Any]]:
         with self._lock:
             self.requests.append((path, key, body))
             if path == "/pay_keyed" and key is not None and key in self._by_key:
@@ -132,5 +160,7 @@ def side_effect_tools() -> Iterator[SideEffectTools]:
         yield tools
     finally:
         tools.release.set()
+        for _, release in tools._first.values():
+            release.set()
         server.shutdown()
         server.server_close()
