@@ -9,8 +9,9 @@ installed), repeats interleaved. Two workloads:
 * **idempotent steps** (the common case): finished steps are buffered and written in
   batches, so the store should stay off the per-step path;
 * **side-effect steps** (every capability non-idempotent): each call writes its
-  "started" marker durably before it is sent and its outcome right after — two
-  transactions per step, the price of never sending a side effect twice.
+  "started" marker durably (synchronous to disk, fenced by the lease) right before it is
+  sent and its outcome right after — two transactions per step, the price of never
+  sending a side effect twice.
 
 Figure: (store wall − memory wall) / steps, the median of the repeats.
 
@@ -113,8 +114,9 @@ def render(argv: list[str], facts: dict[str, Any], n: int, repeats: int,
         f"{TARGET_SQLITE_US:g} µs/step with SQLite for idempotent steps (batched writes).\n\n"
         + common.md_table(("workload", "store", "run wall (ms)", "cost per step (µs)", ""),
                           table)
-        + "\n\nSide-effect steps pay for two durable transactions each (the started marker "
-        "before the call, the outcome after it): that is what lets a resumed run tell a call "
+        + "\n\nSide-effect steps pay for two immediate transactions each (the started marker "
+        "before the call, synchronous to disk and fenced by the run's lease; the outcome "
+        "after it): that is what lets a resumed run tell a call "
         "that may have happened from one never sent. Mark a capability idempotent (or give "
         "it an idempotency-key header) when it is, and it costs what the first rows show.\n"
     )

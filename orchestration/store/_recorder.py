@@ -272,13 +272,19 @@ class RunRecorder:
             raise error
 
     async def call_finished(self, step_id: str, attempt: Attempt, output: Any) -> None:
-        """Record the outcome of a call with a side effect, durably."""
+        """Record the outcome of a call with a side effect, at once.
+
+        Committed as the store commits by default (it survives this process; a database
+        server's or machine's crash may lose it): what guards the side effect is its
+        marker, and an outcome that is lost leaves the marker open, which a resume reports
+        as an unknown outcome — never as a call to send again. One synchronous flush per
+        side effect instead of two."""
         if self.store is None:
             return
         self._steps_with_attempts.add(step_id)
         self._pending.append(SaveAttempt(self.run_id, step_id, attempt, output))
         self._pending.append(CallFinished(self.run_id, step_id, attempt.number))
-        await self.flush(durable=True)
+        await self.flush()
 
     async def flush(self, *, durable: bool = False) -> None:
         """Write everything buffered in one transaction, renewing (and fenced by) the
