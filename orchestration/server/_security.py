@@ -6,11 +6,17 @@ Three small ASGI middlewares, outermost first in ``create_app``:
   (a declared ``Content-Length`` is refused before anything is read);
 * :class:`SameOriginWrites` refuses a POST whose ``Origin`` is another site: a page
   elsewhere could otherwise make a browser start runs on a server on 127.0.0.1, which
-  needs no token;
+  needs no token. ``Origin: null`` (what a browser sends for a form posted from a page
+  with ``Referrer-Policy: no-referrer``, or from a sandboxed or ``file:`` page) is
+  refused too, unless the browser itself vouches that the request is same-origin with
+  ``Sec-Fetch-Site: same-origin`` (a header no page can set). The viewer's pages send
+  ``Referrer-Policy: same-origin`` so that browsers put the real origin on their own
+  forms and ``fetch`` calls;
 * :class:`TokenAuth`: with a token, every ``/v1`` and ``/ui`` request needs
   ``Authorization: Bearer <token>`` (compared in constant time). Browsers cannot add
   that header to a page load or an ``EventSource``, so ``/login`` trades the token for an
   HttpOnly, SameSite=Strict session cookie holding an HMAC of the token (not the token).
+  A browser opening a viewer page without a session is redirected to ``/login``.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import ipaddress
 from urllib.parse import quote
 
 from starlette.datastructures import Headers
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from orchestration.errors import ConfigError
@@ -106,13 +112,14 @@ class TokenAuth:
     @staticmethod
     def _refuse(scope: Scope, headers: Headers) -> Response:
         challenge = {"WWW-Authenticate": 'Bearer realm="dagwright"'}
-        if scope["path"].startswith("/ui") and "text/html" in headers.get("accept", ""):
+        if (scope["path"].startswith("/ui") and scope["method"] in ("GET", "HEAD")
+                and "text/html" in headers.get("accept", "")):
+            # a page load in a browser: to the sign-in page, which comes back here after
             root = scope.get("root_path", "")
-            target = quote(root + scope["path"], safe="/")
-            return HTMLResponse(
-                "<!doctype html><title>dagwright: sign in</title><p>This viewer needs the "
-                f'server\'s token. <a href="{root}/login?next={target}">Sign in</a></p>',
-                status_code=401, headers=challenge)
+            target = scope["path"] + (f"?{scope['query_string'].decode('latin-1')}"
+                                      if scope.get("query_string") else "")
+            return RedirectResponse(f"{root}/login?next={quote(target, safe='/')}",
+                                    status_code=303, headers={"Cache-Control": "no-store"})
         return error_response(401, "unauthorized",
                               "this server needs 'Authorization: Bearer <token>' "
                               "(the value of ORCH_SERVE_TOKEN)", headers=challenge)
@@ -138,6 +145,8 @@ class SameOriginWrites:
         if scope["type"] == "http" and scope["method"] not in ("GET", "HEAD", "OPTIONS"):
             headers = Headers(scope=scope)
             origin = headers.get("origin")
+            if origin == "null" and headers.get("sec-fetch-site") == "same-origin":
+                origin = None  # the browser vouches: a page of this server (see above)
             if origin is not None:
                 own = f"{scope.get('scheme', 'http')}://{headers.get('host', '')}"
                 if origin != own:

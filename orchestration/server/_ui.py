@@ -36,7 +36,9 @@ PAGE_HEADERS = {
                                "img-src 'self' data:; connect-src 'self'; form-action 'self'; "
                                "base-uri 'none'; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # not no-referrer: with it browsers post this server's own forms with "Origin: null",
+    # which SameOriginWrites must refuse; same-origin still sends nothing to other sites
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 
