@@ -33,7 +33,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from orchestration.errors import ConfigError
 from orchestration.server._errors import error_response
 
-__all__ = ["LOOPBACK_HOSTS", "SESSION_COOKIE", "BodyLimit", "SameOriginWrites", "TokenAuth",
+__all__ = ["LOOPBACK_HOSTS", "SESSION_COOKIE", "AllowedHosts", "BodyLimit", "SameOriginWrites",
+           "TokenAuth",
            "check_exposure", "check_token", "is_loopback", "session_value"]
 
 SESSION_COOKIE = "dagwright_session"
@@ -156,6 +157,36 @@ class SameOriginWrites:
                         f"({own}); call the API from a server, or from the viewer itself")
                     await response(scope, receive, send)
                     return
+        await self.app(scope, receive, send)
+
+
+def _host_name(header: str) -> str:
+    """The name in a ``Host`` header, without its port (``[::1]:8080`` -> ``[::1]``)."""
+    if header.startswith("["):
+        return header[:header.find("]") + 1] if "]" in header else header
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+class AllowedHosts:
+    """Only requests whose ``Host`` names one of ``allowed`` (against DNS rebinding); a
+    400 ``invalid_host`` in the API's one error shape otherwise (Starlette's own
+    ``TrustedHostMiddleware`` answers plain text)."""
+
+    def __init__(self, app: ASGIApp, allowed: list[str]) -> None:
+        self.app = app
+        self.allowed = {h.lower() for h in allowed}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            header = Headers(scope=scope).get("host", "")
+            if _host_name(header).lower() not in self.allowed:
+                response = error_response(
+                    400, "invalid_host",
+                    f"this server answers only to {', '.join(sorted(self.allowed))} "
+                    f"(the request named {header[:100]!r}); without a token it listens on "
+                    "loopback and refuses other host names against DNS rebinding")
+                await response(scope, receive, send)
+                return
         await self.app(scope, receive, send)
 
 

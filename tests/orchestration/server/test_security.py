@@ -97,7 +97,13 @@ def test_a_loopback_server_without_a_token_refuses_foreign_host_names(tools: Sid
     with live_server(make_orchestrator(tools.catalog()), allowed_hosts=LOOPBACK_HOSTS) as server, \
             httpx.Client(base_url=server.url, timeout=10) as http:
         assert http.get("/v1/runs").status_code == 200
-        assert http.get("/v1/runs", headers={"Host": "attacker.example"}).status_code == 400
+        for host in ("attacker.example", "attacker.example:8080", "127.0.0.1.attacker.example"):
+            refused = http.get("/v1/runs", headers={"Host": host})
+            assert refused.status_code == 400
+            assert refused.json()["error"]["code"] == "invalid_host"  # the one error shape
+            assert host in refused.json()["error"]["message"]
+        for host in ("localhost:1234", "127.0.0.1", "[::1]:80"):
+            assert http.get("/v1/runs", headers={"Host": host}).status_code == 200, host
 
 
 def test_serve_refuses_to_listen_beyond_loopback_without_a_token(
