@@ -22,6 +22,7 @@ from typing import Any, TextIO, TypeVar, cast
 
 from prometheus_client import CollectorRegistry
 
+from orchestration._extras import needs_extra
 from orchestration._text import closest
 from orchestration._version import __version__
 from orchestration.catalog import Catalog
@@ -621,8 +622,7 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     try:
         from orchestration.server import serve
     except ImportError as exc:
-        raise DagwrightError(f"dagwright serve needs the serve extra ({exc.name} is missing): "
-                             "pip install 'dagwright[serve]'") from exc
+        raise DagwrightError(needs_extra("dagwright serve", "serve", exc.name)) from exc
     return serve(host=args.host, port=args.port, insecure=args.insecure, out=out)
 
 
@@ -639,8 +639,7 @@ def cmd_worker(args: argparse.Namespace, out: TextIO) -> int:
     try:
         from orchestration.temporal._worker import serve
     except ImportError as exc:
-        raise DagwrightError("dagwright worker needs the temporal extra: "
-                             "pip install 'dagwright[temporal]'") from exc
+        raise DagwrightError(needs_extra("dagwright worker", "temporal", exc.name)) from exc
     overrides = {"temporal_task_queue": args.task_queue} if args.task_queue else {}
     return serve(OrchestratorConfig(**overrides), identity=args.identity)
 
