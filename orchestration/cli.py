@@ -605,7 +605,11 @@ def _add_run_history_commands(sub: Any) -> None:
     approve = sub.add_parser("approve", help="approve a pending call and continue the run")
     approve.add_argument("run_id")
     approve.add_argument("step_id", help="the step (or @plan for the whole plan)")
-    approve.add_argument("--params", help="edited parameters as a JSON object")
+    approve.add_argument("--params", metavar="JSON",
+                         help="an edit of the proposed parameters as a JSON object, merged "
+                         "onto them (RFC 7396): name only the keys you change, e.g. "
+                         "'{\"amount\": 200}'; null removes a key; the result is validated "
+                         "as a whole. For @plan: a whole replacement plan")
     approve.add_argument("--note")
     approve.add_argument("--json", action="store_true")
     approve.set_defaults(fn=cmd_approve)

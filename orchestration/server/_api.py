@@ -66,7 +66,10 @@ class DecisionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     approved: StrictBool
-    params: dict[str, Any] | None = None
+    params: dict[str, Any] | None = Field(
+        None, description="an edit merged onto the proposed parameters (JSON Merge Patch, "
+        "RFC 7396): name only the keys you change; null removes a key; the merged "
+        "parameters are validated as a whole. For @plan, a whole replacement plan.")
     note: StrictStr | None = Field(None, max_length=2000)
 
 
