@@ -36,7 +36,16 @@ from orchestration._text import closest
 from orchestration._version import __version__
 from orchestration.catalog import Catalog
 from orchestration.config import OrchestratorConfig
-from orchestration.errors import CatalogError, ConfigError, DagwrightError, PlanningError
+from orchestration.errors import (
+    ApprovalError,
+    CatalogError,
+    ConfigError,
+    DagwrightError,
+    PlanningError,
+    RunLeased,
+    RunNotFound,
+    StoreError,
+)
 from orchestration.events import RunEvent
 from orchestration.llm.scripted import ScriptedLLM
 from orchestration.orchestrator import Orchestrator
@@ -847,6 +856,18 @@ def _next_for(exc: DagwrightError) -> str:
         return exc.next_step
     if isinstance(exc, AmbiguousRunId):
         return "`dagwright runs list` shows the run ids; give the whole id or a longer prefix"
+    if isinstance(exc, ApprovalError):
+        return ("`dagwright approvals list RUN_ID` shows what waits and its exact parameters "
+                "(docs/troubleshooting.md#approvals)")
+    if isinstance(exc, RunLeased):
+        return ("wait for that process to end (or its lease, ORCH_STORE_LEASE_S, to expire), "
+                "then `dagwright resume RUN_ID` (docs/troubleshooting.md#the-run-store)")
+    if isinstance(exc, RunNotFound):
+        return ("check ORCH_STORE_URL: `dagwright runs list` shows the runs that store holds "
+                "(docs/troubleshooting.md#the-run-store)")
+    if isinstance(exc, StoreError):
+        return ("check that the run store ORCH_STORE_URL names is reachable and writable "
+                "(docs/troubleshooting.md#the-run-store)")
     if isinstance(exc, ConfigError):
         return ("fix the setting (docs/configuration.md lists every ORCH_* variable and its "
                 "values); `dagwright config` prints what is in effect")
