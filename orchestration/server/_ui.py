@@ -85,8 +85,31 @@ async def run_page(request: Request) -> Response:
         return _render(request, "error.html", exc.status, title="run not found"
                        if exc.status == 404 else "run unavailable", message=exc.message)
     events = await manager.orchestrator.aget_events(run_id)
-    return _render(request, "run.html", view=run_view(result, events), node_w=NODE_W,
-                   node_h=NODE_H, bar_w=BAR_W)
+    started_at = None
+    if result.status == "running":  # for the live "running for" time
+        try:
+            stored = await manager.orchestrator.store.load(run_id)
+        except StoreError:
+            stored = None
+        started_at = stored.state.started_at if stored is not None else None
+    return _render(request, "run.html", view=run_view(result, events, started_at=started_at),
+                   node_w=NODE_W, node_h=NODE_H, bar_w=BAR_W, legend=SEGMENT_LEGEND)
+
+
+SEGMENT_LEGEND = {
+    "succeeded": "call succeeded", "failed": "call failed",
+    "invalid": "not sent (rejected before sending)", "unbound": "not sent (a reference did "
+    "not resolve)", "not_sent": "not sent (stopped by a guard)",
+    "cancelled": "cut off in flight (deadline or cancel)", "delay": "backoff wait",
+    "running": "running now",
+}
+"""Every segment kind the timeline draws, as its legend says it."""
+
+
+async def favicon(request: Request) -> Response:
+    """Browsers ask for /favicon.ico whatever the page links: the viewer's icon."""
+    return RedirectResponse(request.scope.get("root_path", "") + "/static/favicon.svg",
+                            status_code=301)
 
 
 def _next_page(target: str | None) -> str:
@@ -126,4 +149,5 @@ def ui_routes() -> list[Route]:
         Route("/ui/", runs_page, methods=["GET"]),
         Route("/ui/runs/{run_id}", run_page, methods=["GET"]),
         Route("/login", login, methods=["GET", "POST"]),
+        Route("/favicon.ico", favicon, methods=["GET"]),
     ]
