@@ -9,9 +9,12 @@ Decisions arrive with ``resume(run_id, approvals=...)``:
 
 * approved, as shown: the call is sent with those parameters (attempt layer
   ``approval``);
-* approved with edited ``params``: they pass layer 2 and schema validation first; an
-  edit that does not validate is an :class:`~orchestration.errors.ApprovalError` and
-  nothing changes;
+* approved with edited ``params``: the edit is merged onto the proposed parameters as a
+  JSON Merge Patch (RFC 7396: a key given replaces that key, objects merge key by key,
+  an explicit ``null`` removes the key, keys not named keep their proposed value), so
+  ``{"amount": 200}`` changes the amount and keeps the rest. The merged parameters pass
+  layer 2 and schema validation as a whole; an edit that does not validate is an
+  :class:`~orchestration.errors.ApprovalError` and nothing changes;
 * rejected: the step fails with ``REJECTED`` and the note; its descendants are skipped.
 
 An approval is for the parameters approved: if a later attempt of the step would send
@@ -32,7 +35,8 @@ from orchestration.result import PLAN_APPROVAL, Approval, PendingApproval, StepR
 from orchestration.services import RunServices
 from orchestration.state import RunState
 
-__all__ = ["AwaitApproval", "apply_decisions", "approval_reason", "expire_approvals"]
+__all__ = ["AwaitApproval", "apply_decisions", "approval_reason", "expire_approvals",
+           "merge_edit"]
 
 
 class AwaitApproval(Exception):
@@ -146,22 +150,43 @@ def apply_decisions(
     return approved
 
 
+def merge_edit(proposed: Any, edit: Any) -> Any:
+    """``edit`` applied to ``proposed`` as a JSON Merge Patch (RFC 7396).
+
+    A person edits the one value they disagree with; re-typing every other parameter
+    (and getting one wrong) is what a partial edit spares them. ``proposed`` is not
+    changed."""
+    if not isinstance(edit, dict):
+        return edit
+    merged = dict(proposed) if isinstance(proposed, dict) else {}
+    for key, value in edit.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge_edit(merged.get(key), value)
+    return merged
+
+
 def _checked_params(run: RunState, pending: PendingApproval, params: dict[str, Any],
                     services: RunServices, capabilities: CapabilityCache) -> dict[str, Any]:
-    """Edited parameters after layer 2 and validation, or :class:`ApprovalError`."""
+    """The edit merged onto the proposed parameters, after layer 2 and validation of the
+    whole, or :class:`ApprovalError`."""
     try:
         capability = services.catalog.get(pending.tool or "", pending.capability or "")
     except CatalogError as exc:
         raise ApprovalError(f"step {pending.step_id!r}: {exc}") from exc
     settings = services.layers.with_overrides(capability.layers,
                                               source=f"capability {capability.key!r} layers")
+    merged = merge_edit(pending.params, params)
     prepared = capabilities.get(capability).prepare(
-        params, coerce=settings.type_coercion_enabled)
+        merged, coerce=settings.type_coercion_enabled)
     if prepared.error is not None:
         raise ApprovalError(
-            f"run {run.run_id!r} step {pending.step_id!r}: the edited parameters do not fit "
-            f"{capability.key}'s input schema: {prepared.error.message}; nothing was sent "
-            "and the step still waits for a decision")
+            f"run {run.run_id!r} step {pending.step_id!r}: the edited parameters, merged onto "
+            f"the proposed ones (keys: {', '.join(sorted(merged)) or 'none'}), do not fit "
+            f"{capability.key}'s input schema: {prepared.error.message}; nothing was sent and "
+            "the step still waits for a decision (an edit names only the keys it changes; "
+            "null removes a key)")
     return prepared.params
 
 

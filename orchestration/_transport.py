@@ -36,6 +36,7 @@ import httpx
 
 from orchestration._deadlines import watchdog
 from orchestration._json import DEFAULT_MAX_DEPTH, UnreadableJSON, encode, flat_size_bound
+from orchestration._thread_calls import ThreadCall, ThreadCalls
 from orchestration.capability import Capability
 from orchestration.errors import ToolFailed
 from orchestration.logging_setup import protect_logger
@@ -142,6 +143,7 @@ class ToolTransport:
         self._max_connections = max_connections
         self.max_response_bytes = max_response_bytes
         self.max_json_depth = max_json_depth
+        self.thread_calls = ThreadCalls()
 
 
     @classmethod
@@ -226,8 +228,9 @@ class ToolTransport:
             return CallResult(error=refused)
         try:
             if capability.run_in_thread:
-                with watchdog().deadline(asyncio.get_running_loop().time() + timeout_s):
-                    value = await asyncio.to_thread(fn, **params)
+                value = await self._in_thread(capability, fn, params, timeout_s)
+                if isinstance(value, CallResult):
+                    return value
             else:
                 # a sync function runs on the loop and cannot be interrupted, so only an
                 # awaitable result gets a deadline
@@ -278,6 +281,33 @@ class ToolTransport:
                 )
             )
         return self._checked_output(value)
+
+    async def _in_thread(self, capability: Capability, fn: Any, params: dict[str, Any],
+                         timeout_s: float) -> Any:
+        """The function's value, or a CallResult refusing a call whose earlier,
+        timed-out run is still going in its thread (see :mod:`orchestration._thread_calls`)."""
+        if self.thread_calls.still_running(capability.key, params):
+            return CallResult(error=StepError(
+                category=ErrorCategory.TIMEOUT, code="TOOL_STILL_RUNNING",
+                message="this call timed out before and is still running in its thread; it "
+                        "is not started again while it runs (raise the capability's "
+                        "timeout_s, or make the tool async so a timeout can stop it)",
+                source=ErrorSource.TRANSPORT, retryable=False, request_sent=False,
+                details={"still_running": True}))
+        call = ThreadCall(fn, params)
+        try:
+            with watchdog().deadline(asyncio.get_running_loop().time() + timeout_s):
+                return await asyncio.to_thread(call)
+        except TimeoutError:
+            if not self.thread_calls.timed_out(capability.key, params, call):
+                raise
+            return CallResult(error=StepError(
+                category=ErrorCategory.TIMEOUT, code="TOOL_TIMEOUT",
+                message=f"Python tool did not return within {timeout_s:g}s and is still "
+                        "running in its thread; it is not run again while it runs (raise "
+                        "the capability's timeout_s for a slow tool)",
+                source=ErrorSource.TRANSPORT, retryable=False,
+                details={"still_running": True}))
 
     def _checked_output(self, value: Any) -> CallResult:
         """A Python tool's result under the rules an HTTP reply meets: JSON (finite

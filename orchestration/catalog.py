@@ -16,11 +16,13 @@ nested function) cannot be written down and says so.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 import os
 import pkgutil
 import re
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -79,20 +81,80 @@ def function_reference(fn: Callable[..., Any]) -> str | None:
         found = pkgutil.resolve_name(reference)
     except (ImportError, AttributeError, ValueError):
         return None
-    return reference if found is fn else None
+    # a catalog's wrapper (schema from type hints) names the function it wraps
+    return reference if found is fn or found is getattr(fn, "__wrapped__", None) else None
 
 
-def _resolve_function(reference: Any) -> Callable[..., Any]:
-    """The callable a catalog names as ``function: module:qualname``."""
+def _resolve_function(reference: Any, base_dir: str | os.PathLike[str] | None = None
+                      ) -> Callable[..., Any]:
+    """The callable a catalog names as ``function: module:qualname``.
+
+    The module is imported as usual; when no installed module has that name and the
+    catalog file's folder (``base_dir``) holds it (``mytools.py`` or ``mytools/``), the
+    folder is added at the *end* of ``sys.path`` — it never shadows an installed module —
+    so tools kept beside their catalog need no ``PYTHONPATH``."""
     if not isinstance(reference, str) or ":" not in reference:
         raise ValueError(f"function must be 'module:qualname' text, got {reference!r}")
     try:
         found = pkgutil.resolve_name(reference)
+    except ModuleNotFoundError as exc:
+        if not _add_catalog_folder(reference, exc, base_dir):
+            raise ValueError(_not_importable(reference, exc, base_dir)) from exc
+        try:
+            found = pkgutil.resolve_name(reference)
+        except (ImportError, AttributeError, ValueError) as again:
+            raise ValueError(f"function {reference!r} cannot be imported: {again}") from again
     except (ImportError, AttributeError, ValueError) as exc:
         raise ValueError(f"function {reference!r} cannot be imported: {exc}") from exc
     if not callable(found):
         raise ValueError(f"function {reference!r} is not callable")
     return found
+
+
+def _add_catalog_folder(reference: str, exc: ModuleNotFoundError,
+                        base_dir: str | os.PathLike[str] | None) -> bool:
+    top = reference.partition(":")[0].split(".")[0]
+    if base_dir is None or exc.name != top:
+        return False
+    folder = Path(base_dir).resolve()
+    if not ((folder / f"{top}.py").is_file() or (folder / top / "__init__.py").is_file()):
+        return False
+    if str(folder) not in sys.path:
+        sys.path.append(str(folder))
+    importlib.invalidate_caches()
+    return True
+
+
+def _not_importable(reference: str, exc: ModuleNotFoundError,
+                    base_dir: str | os.PathLike[str] | None) -> str:
+    where = (f" (looked for it installed, then in the catalog's folder {Path(base_dir).resolve()})"
+             if base_dir is not None else "")
+    return f"function {reference!r} cannot be imported: {exc}{where}"
+
+
+def _function_fields(fields: dict[str, Any], label: str) -> None:
+    """A catalog file's Python tool gets its schemas from its type hints, as with
+    ``@catalog.tool``, unless the entry gives ``input_schema``; a function taking
+    ``**kwargs`` has nothing to derive and is called with the parameters as given."""
+    from orchestration.sources._schema_from_hints import schema_from_signature
+    from orchestration.sources.decorated import wrap
+
+    fn = fields["function"]
+    if "input_schema" in fields:
+        return
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return
+    schema = schema_from_signature(fn, label)
+    fields["function"] = wrap(fn, schema)
+    fields["input_schema"] = schema.input_schema
+    if schema.output_schema is not None:
+        fields.setdefault("output_schema", schema.output_schema)
+    if not fields.get("description"):
+        fields["description"] = inspect.getdoc(fn) or ""
 
 
 class Catalog:
@@ -277,7 +339,7 @@ class Catalog:
                     problems.append(f"{where}: capabilities[{c_index}] needs a 'name'")
                     continue
                 try:
-                    fields = _capability_fields(raw, defaults, base_url, where)
+                    fields = _capability_fields(raw, defaults, base_url, where, base_dir)
                     fields.setdefault("source", origin)
                     catalog._build_and_add(f"{where}: capability '{name}.{raw['name']}'",
                                            context=where, tool=name, **fields)
@@ -653,7 +715,8 @@ def _expand_env_deep(value: Any) -> Any:
 
 
 def _capability_fields(
-    raw: Mapping[str, Any], defaults: Mapping[str, Any], base_url: str | None, where: str
+    raw: Mapping[str, Any], defaults: Mapping[str, Any], base_url: str | None, where: str,
+    base_dir: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """A capability entry of a catalog file as :class:`Capability` fields: tool defaults
     merged in, the URL built and expanded, a ``function`` reference imported."""
@@ -666,9 +729,10 @@ def _capability_fields(
         if "url" in fields or "path" in raw:
             raise CatalogError(f"{label} gives both 'function' and a URL; a Python tool has no URL")
         try:
-            fields["function"] = _resolve_function(fields["function"])
+            fields["function"] = _resolve_function(fields["function"], base_dir)
         except ValueError as exc:
             raise CatalogError(f"{label}: {exc}") from None
+        _function_fields(fields, label)
     elif "url" in fields:
         fields["url"] = _expand_env(str(fields["url"]))
     elif "path" in raw:

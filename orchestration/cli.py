@@ -13,26 +13,45 @@ import argparse
 import asyncio
 import io
 import json
+import logging
 import sys
 import textwrap
 import warnings
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TextIO, TypeVar, cast
+from typing import Any, TextIO, TypeVar, cast, get_args
 
 from prometheus_client import CollectorRegistry
 
+from orchestration._cli_kit import (
+    AmbiguousRunId,
+    SuggestingParser,
+    progress_lock,
+    quiet_closed_pipe,
+    resolve_run_id,
+    write_line,
+)
+from orchestration._extras import needs_extra
 from orchestration._text import closest
 from orchestration._version import __version__
 from orchestration.catalog import Catalog
 from orchestration.config import OrchestratorConfig
-from orchestration.errors import CatalogError, ConfigError, DagwrightError, PlanningError
+from orchestration.errors import (
+    ApprovalError,
+    CatalogError,
+    ConfigError,
+    DagwrightError,
+    PlanningError,
+    RunLeased,
+    RunNotFound,
+    StoreError,
+)
 from orchestration.events import RunEvent
 from orchestration.llm.scripted import ScriptedLLM
 from orchestration.orchestrator import Orchestrator
 from orchestration.plan import ValidatedPlan
 from orchestration.redaction import DEFAULT_REDACTOR, Redactor
-from orchestration.result import Approval, PendingApproval, RunResult, StepResult
+from orchestration.result import Approval, PendingApproval, RunResult, RunStatus, StepResult
 from orchestration.store import RunStore
 
 __all__ = ["EXIT_CODES", "RedactingOutput", "build_parser", "main", "render_plan",
@@ -42,6 +61,7 @@ T = TypeVar("T")
 SYMBOLS = {"succeeded": "✔", "failed": "✘", "skipped": "⊘", "unknown": "?"}
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE, EXIT_PLANNING, EXIT_BUDGET, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+EXIT_AWAITING_APPROVAL, EXIT_CLOSED_PIPE = 5, 141
 EXIT_CODES: dict[int, str] = {
     EXIT_OK: "success (a run: every step succeeded)",
     EXIT_RUN_FAILED: "the run ended partial or failed (steps failed); demo: a scenario "
@@ -50,7 +70,11 @@ EXIT_CODES: dict[int, str] = {
                 "nothing ran",
     EXIT_PLANNING: "planning failed: no valid plan (LLM unreachable, refused, unusable answers)",
     EXIT_BUDGET: "a budget stopped the run (LLM calls, tokens, cost, or calls of a capability)",
+    EXIT_AWAITING_APPROVAL: "the run is paused, waiting for a person: `dagwright approve "
+                            "RUN_ID STEP_ID` (or `reject`) continues it; nothing failed",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+    EXIT_CLOSED_PIPE: "stdout was closed before the output ended (`| head`); the rest of "
+                      "the output was dropped quietly",
 }
 
 # who produced the parameters of a step's last attempt, in words
@@ -169,6 +193,12 @@ def _next_steps(result: RunResult) -> str | None:
     """What to do about a run that did not succeed."""
     if result.status == "succeeded":
         return None
+    if result.status == "awaiting_approval":
+        steps = [p.step_id for p in result.pending_approvals] or ["STEP_ID"]
+        approve = " or ".join(f"`dagwright approve {result.run_id} {s}`" for s in steps)
+        return (f"waiting for approval: {approve} sends the call as shown (--params edits "
+                f"it), `dagwright reject {result.run_id} {steps[0]} --note WHY` skips it; "
+                f"`dagwright approvals list {result.run_id}` shows the exact parameters")
     if result.budget_exceeded is not None:
         report = result.budget_exceeded
         return (f"raise {report.setting} if the run needs more, or see where it spent: "
@@ -184,6 +214,8 @@ def exit_code_of(result: RunResult) -> int:
     """The exit code of a finished run (see :data:`EXIT_CODES`)."""
     if result.status == "succeeded":
         return EXIT_OK
+    if result.status == "awaiting_approval":
+        return EXIT_AWAITING_APPROVAL
     if result.budget_exceeded is not None:
         return EXIT_BUDGET
     if result.plan is None:
@@ -269,7 +301,20 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
 
     config = OrchestratorConfig()
     catalog = _catalog_for(args, config)
-    configure_logging(config)
+    log_handler = configure_logging(config, level=_log_level(args, config))
+    progress = None if _quiet(args) else Progress(sys.stderr)
+    if progress is not None and isinstance(log_handler, logging.StreamHandler):
+        log_handler.setStream(progress.log_stream())  # log lines above the live table
+    announced: list[str] = []
+
+    def on_event(event: RunEvent) -> None:
+        if not announced:  # the run id as soon as it exists, flushed: a pipe sees it now
+            announced.append(event.run_id)
+            if not args.json:
+                write_line(out, f"run {event.run_id}")
+        if progress is not None:
+            progress(event)
+
     provider = tracer_provider_from_config(config)
     port = args.metrics_port if args.metrics_port is not None else config.metrics_port
     metrics_server = (serve_metrics(port, addr=config.metrics_host) if port is not None
@@ -277,9 +322,8 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     try:
         orch = Orchestrator.from_env(config=config, catalog=catalog, tracer_provider=provider)
         _use_redactor(out, orch.redactor)
-        progress = Progress(sys.stderr)
         try:
-            result = orch.run(args.query, on_event=progress)
+            result = orch.run(args.query, on_event=on_event)
         finally:
             orch.close()  # MCP servers the catalog started
     finally:
@@ -290,11 +334,13 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     if args.json:
         out.write(json.dumps(result.to_dict(), indent=2) + "\n")
     else:
-        trace = f" (trace {result.trace_id})" if result.trace_id else ""
-        out.write(f"run {result.run_id}{trace}\n")
+        if not announced:
+            out.write(f"run {result.run_id}\n")
         _render_plan_of(result, catalog, out)
         out.write("  steps:\n" if result.steps else "")
         render_result(result, out)
+        if result.trace_id:
+            out.write(f"  trace: {result.trace_id}\n")
         advice = _next_steps(result)
         if advice:
             out.write(f"  next: {advice}\n")
@@ -374,7 +420,10 @@ def cmd_config(args: argparse.Namespace, out: TextIO) -> int:
         out.write(json.dumps(values, indent=2, default=str) + "\n")
         return EXIT_OK
     for name, value in values.items():
-        out.write(f"{name}={json.dumps(value) if not isinstance(value, str) else value}\n")
+        if value is None:  # a comment: sourcing the output leaves it unset, as it is
+            out.write(f"# {name} is unset\n")
+        else:
+            out.write(f"{name}={json.dumps(value) if not isinstance(value, str) else value}\n")
     return EXIT_OK
 
 
@@ -432,7 +481,13 @@ def cmd_runs_list(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _full_run_id(given: str) -> str:
+    """The run id a prefix names (see :func:`resolve_run_id`), read from the store."""
+    return _read_store(lambda store: resolve_run_id(store, given))
+
+
 def cmd_runs_show(args: argparse.Namespace, out: TextIO) -> int:
+    args.run_id = _full_run_id(args.run_id)
     stored = _read_store(lambda store: store.load(args.run_id))
     result = None if stored is None else stored.state.to_result()
     if result is None:
@@ -452,6 +507,7 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     if OrchestratorConfig().catalog is None:
         raise DagwrightError("resuming a run calls its tools: set ORCH_CATALOG to the catalog "
                              "the run was started with")
+    args.run_id = _full_run_id(args.run_id)
     orch = Orchestrator.from_env()
     try:
         result = orch.resume(args.run_id)
@@ -462,14 +518,18 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     else:
         out.write(f"run {result.run_id}: {result.query}\n")
         render_result(result, out)
-    return 0 if result.status == "succeeded" else 1
+        advice = _next_steps(result)
+        if advice:
+            out.write(f"  next: {advice}\n")
+    return exit_code_of(result)
 
 
 class Progress:
     """Live progress of a run from its events, on stderr (stdout stays the result).
 
     On a terminal: a table of steps redrawn in place as they change. Otherwise (a pipe,
-    a log file): one plain line per step event.
+    a log file): one plain line per step event. Log lines go above the table
+    (:meth:`log_stream`), never through it.
     """
 
     def __init__(self, stream: TextIO) -> None:
@@ -477,16 +537,26 @@ class Progress:
         self.tty = stream.isatty()
         self.rows: dict[str, str] = {}
         self.drawn = 0
+        self.planned = False
+        self.waiting: list[str] = []
 
     def __call__(self, event: RunEvent) -> None:
         data = event.data
+        with progress_lock():
+            self._event(event, data)
+
+    def _event(self, event: RunEvent, data: dict[str, Any]) -> None:
         if event.type == "plan_ready":
-            self._line(f"plan ready: {data['steps']} step(s) [run {event.run_id}]")
+            started = f", {len(self.rows)} started as it streamed in" if self.rows else ""
+            self._line(f"plan ready: {data['steps']} step(s){started} [run {event.run_id}]")
+            self.planned = True
         elif event.type == "plan_discarded":
             for step_id in data["steps"]:  # started while the plan streamed: void now
                 self.rows.pop(step_id, None)
             self._line(f"plan discarded: {data['reason']}")
         elif event.type == "step_started":
+            if not self.planned and not self.rows:
+                self._line(f"planning: steps start as the plan streams in [run {event.run_id}]")
             self._step(data["step_id"], f"running   {data['tool']}.{data['capability']}")
         elif event.type == "attempt_finished" and data["outcome"] != "succeeded":
             self._step(data["step_id"], f"attempt {data['attempt']} {data['outcome']} "
@@ -494,9 +564,34 @@ class Progress:
         elif event.type == "step_finished":
             self._step(data["step_id"], f"{data['status']:9} after {data['attempts']} attempt(s)")
         elif event.type == "approval_required":
+            self.waiting.append(data["step_id"])
             self._step(data["step_id"], f"waiting for approval: {data['reason']}")
         elif event.type == "run_finished":
-            self._line(f"run {event.run_id} {data['status']}")
+            if data["status"] == "awaiting_approval":
+                steps = ", ".join(self.waiting) or "a step"
+                self._line(f"run {event.run_id} waiting for approval ({steps})")
+            else:
+                self._line(f"run {event.run_id} {data['status']}")
+
+    def log_stream(self) -> TextIO:
+        """A stream for a log handler: each line is written above the table."""
+        progress = self
+
+        class Above(io.TextIOBase):
+            def write(self, text: str) -> int:
+                progress.log_line(text.rstrip("\n"))
+                return len(text)
+
+        return cast(TextIO, Above())
+
+    def log_line(self, text: str) -> None:
+        with progress_lock():
+            if self.tty and self.drawn:
+                self.stream.write(f"\x1b[{self.drawn}A\x1b[J")  # up over the table, clear it
+            self.stream.write(text + "\n")
+            if self.tty and self.drawn:
+                self._draw()
+            self.stream.flush()
 
     def _line(self, text: str) -> None:
         self.stream.write(text + "\n")
@@ -510,10 +605,13 @@ class Progress:
         else:
             if self.drawn:
                 self.stream.write(f"\x1b[{self.drawn}A")
-            for sid, row in self.rows.items():
-                self.stream.write(f"\x1b[2K  {sid:20} {row}\n")
-            self.drawn = len(self.rows)
+            self._draw()
         self.stream.flush()
+
+    def _draw(self) -> None:
+        for sid, row in self.rows.items():
+            self.stream.write(f"\x1b[2K  {sid:20} {row}\n")
+        self.drawn = len(self.rows)
 
 
 def _pending(run_id: str | None) -> list[tuple[str, PendingApproval]]:
@@ -531,7 +629,7 @@ def _pending(run_id: str | None) -> list[tuple[str, PendingApproval]]:
 
 
 def cmd_approvals_list(args: argparse.Namespace, out: TextIO) -> int:
-    pending = _pending(args.run_id)
+    pending = _pending(_full_run_id(args.run_id) if args.run_id else None)
     if args.json:
         out.write(json.dumps([{"run_id": rid, **p.model_dump(mode="json")} for rid, p in pending],
                              indent=2) + "\n")
@@ -556,6 +654,7 @@ def _decide(args: argparse.Namespace, out: TextIO, approved: bool) -> int:
     if OrchestratorConfig().catalog is None:
         raise DagwrightError("deciding continues the run, which calls its tools: set "
                              "ORCH_CATALOG to the catalog the run was started with")
+    args.run_id = _full_run_id(args.run_id)
     orch = Orchestrator.from_env()
     try:
         result = orch.resume(args.run_id, approvals={
@@ -567,7 +666,10 @@ def _decide(args: argparse.Namespace, out: TextIO, approved: bool) -> int:
         out.write(json.dumps(result.to_dict(), indent=2) + "\n")
     else:
         render_result(result, out)
-    return 0 if result.status in ("succeeded", "awaiting_approval") else 1
+        advice = _next_steps(result)
+        if advice:
+            out.write(f"  next: {advice}\n")
+    return exit_code_of(result)
 
 
 def cmd_approve(args: argparse.Namespace, out: TextIO) -> int:
@@ -582,7 +684,8 @@ def _add_run_history_commands(sub: Any) -> None:
     runs = sub.add_parser("runs", help="the run history in the run store (ORCH_STORE_URL)")
     runs_sub = runs.add_subparsers(dest="runs_command", required=True)
     listing = runs_sub.add_parser("list", help="recent runs, newest first")
-    listing.add_argument("--status", help="only runs with this status (e.g. failed, running)")
+    listing.add_argument("--status", choices=get_args(RunStatus), metavar="STATUS",
+                         help="only runs with this status: " + ", ".join(get_args(RunStatus)))
     listing.add_argument("--limit", type=int, default=50)
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(fn=cmd_runs_list)
@@ -604,7 +707,11 @@ def _add_run_history_commands(sub: Any) -> None:
     approve = sub.add_parser("approve", help="approve a pending call and continue the run")
     approve.add_argument("run_id")
     approve.add_argument("step_id", help="the step (or @plan for the whole plan)")
-    approve.add_argument("--params", help="edited parameters as a JSON object")
+    approve.add_argument("--params", metavar="JSON",
+                         help="an edit of the proposed parameters as a JSON object, merged "
+                         "onto them (RFC 7396): name only the keys you change, e.g. "
+                         "'{\"amount\": 200}'; null removes a key; the result is validated "
+                         "as a whole. For @plan: a whole replacement plan")
     approve.add_argument("--note")
     approve.add_argument("--json", action="store_true")
     approve.set_defaults(fn=cmd_approve)
@@ -621,8 +728,7 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     try:
         from orchestration.server import serve
     except ImportError as exc:
-        raise DagwrightError(f"dagwright serve needs the serve extra ({exc.name} is missing): "
-                             "pip install 'dagwright[serve]'") from exc
+        raise DagwrightError(needs_extra("dagwright serve", "serve", exc.name)) from exc
     return serve(host=args.host, port=args.port, insecure=args.insecure, out=out)
 
 
@@ -639,8 +745,7 @@ def cmd_worker(args: argparse.Namespace, out: TextIO) -> int:
     try:
         from orchestration.temporal._worker import serve
     except ImportError as exc:
-        raise DagwrightError("dagwright worker needs the temporal extra: "
-                             "pip install 'dagwright[temporal]'") from exc
+        raise DagwrightError(needs_extra("dagwright worker", "temporal", exc.name)) from exc
     overrides = {"temporal_task_queue": args.task_queue} if args.task_queue else {}
     return serve(OrchestratorConfig(**overrides), identity=args.identity)
 
@@ -654,12 +759,41 @@ def _add_worker_command(sub: Any) -> None:
     worker.set_defaults(fn=cmd_worker)
 
 
+def _add_verbosity(parser: argparse.ArgumentParser, default: Any) -> None:
+    """``-q``/``-v``: on the main parser (``dagwright -v run``) and on ``run`` itself
+    (``dagwright run -v``), where ``default`` is SUPPRESS so as not to undo the first."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("-v", "--verbose", action="count", default=default if default else 0,
+                       help="more log lines on stderr: -v INFO, -vv DEBUG (default: "
+                       "warnings and errors, or ORCH_LOG_LEVEL when set)")
+    group.add_argument("-q", "--quiet", action="store_true",
+                       default=default if default else False,
+                       help="no live progress on stderr and only error log lines; the "
+                       "result on stdout and the exit code are unchanged")
+
+
+def _quiet(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "quiet", False))
+
+
+def _log_level(args: argparse.Namespace, config: OrchestratorConfig) -> str:
+    """-q: errors; -v: INFO; -vv: DEBUG; else ORCH_LOG_LEVEL when set, else WARNING (the
+    live progress already says what INFO lines would)."""
+    verbose = int(getattr(args, "verbose", 0) or 0)
+    if _quiet(args):
+        return "ERROR"
+    if verbose:
+        return "DEBUG" if verbose > 1 else "INFO"
+    return config.log_level if "log_level" in config.model_fields_set else "WARNING"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = SuggestingParser(
         prog="dagwright", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Plan a query into a DAG of tool calls with an LLM and run it reliably.",
         epilog=_epilog())
     parser.add_argument("--version", action="version", version=f"dagwright {__version__}")
+    _add_verbosity(parser, None)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 title="commands")
     demo = sub.add_parser("demo", help="run the offline demo (scripted LLM, real HTTP tools)")
@@ -670,6 +804,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("query")
     run.add_argument("--catalog", help="tool catalog file (default: ORCH_CATALOG)")
     run.add_argument("--json", action="store_true", help="print the RunResult as JSON")
+    _add_verbosity(run, argparse.SUPPRESS)
     run.add_argument("--metrics-port", type=int, default=None,
                      help="serve Prometheus /metrics on this port during the run "
                      "(default: ORCH_METRICS_PORT)")
@@ -719,6 +854,20 @@ class UsageError(DagwrightError):
 def _next_for(exc: DagwrightError) -> str:
     if isinstance(exc, UsageError):
         return exc.next_step
+    if isinstance(exc, AmbiguousRunId):
+        return "`dagwright runs list` shows the run ids; give the whole id or a longer prefix"
+    if isinstance(exc, ApprovalError):
+        return ("`dagwright approvals list RUN_ID` shows what waits and its exact parameters "
+                "(docs/troubleshooting.md#approvals)")
+    if isinstance(exc, RunLeased):
+        return ("wait for that process to end (or its lease, ORCH_STORE_LEASE_S, to expire), "
+                "then `dagwright resume RUN_ID` (docs/troubleshooting.md#the-run-store)")
+    if isinstance(exc, RunNotFound):
+        return ("check ORCH_STORE_URL: `dagwright runs list` shows the runs that store holds "
+                "(docs/troubleshooting.md#the-run-store)")
+    if isinstance(exc, StoreError):
+        return ("check that the run store ORCH_STORE_URL names is reachable and writable "
+                "(docs/troubleshooting.md#the-run-store)")
     if isinstance(exc, ConfigError):
         return ("fix the setting (docs/configuration.md lists every ORCH_* variable and its "
                 "values); `dagwright config` prints what is in effect")
@@ -751,6 +900,10 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         warnings.showwarning = _show_warning
         try:
             code: Any = fn(args, out)
+            out.flush()  # a closed pipe shows here, not in the interpreter's last flush
+        except BrokenPipeError:
+            quiet_closed_pipe()
+            return EXIT_CLOSED_PIPE
         except PlanningError as exc:
             _error(f"planning failed: {exc}", _next_for(exc))
             return EXIT_PLANNING

@@ -243,7 +243,7 @@ class OrchestratorConfig(BaseSettings):
     serve_max_body_bytes: int = Field(
         1_048_576, ge=1024, description="Largest request body `dagwright serve` reads "
         "(413 past it).")
-    # --- backend: this process, or Temporal (pip install 'dagwright[temporal]') -----
+    # --- backend: this process, or Temporal (the temporal extra) -----
     backend: Literal["local", "temporal"] = Field(
         "local", description="Where runs execute: local = in this process; temporal = as "
         "Temporal workflows on `dagwright worker` processes (docs/scale-out.md).",

@@ -27,6 +27,7 @@ from executors.recovery import RecoveryHandler
 from orchestration._budget import RunBudget, check_prices
 from orchestration._engine import RunEngine, run_status
 from orchestration._events import EventCallback, EventSink
+from orchestration._extras import needs_extra
 from orchestration._transport import ToolTransport
 from orchestration.catalog import Catalog
 from orchestration.clock import Clock
@@ -737,8 +738,8 @@ class Orchestrator:
             try:
                 from orchestration.temporal._client import TemporalRuns
             except ImportError as exc:
-                raise ConfigError("ORCH_BACKEND=temporal needs the temporal extra: "
-                                  "pip install 'dagwright[temporal]'") from exc
+                raise ConfigError(needs_extra("ORCH_BACKEND=temporal", "temporal",
+                                              exc.name)) from exc
             self._temporal_runs = TemporalRuns(self.config)
         return self._temporal_runs
 

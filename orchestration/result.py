@@ -75,9 +75,11 @@ class PendingApproval(BaseModel):
 class Approval(BaseModel):
     """A person's decision on a pending approval.
 
-    ``approved``: send it (with ``params`` instead, when given: they pass layer 2 and
-    schema validation like any parameters; for the plan approval, ``params`` is a whole
-    replacement plan). Rejected: the step fails with code ``REJECTED`` and ``note``.
+    ``approved``: send it. ``params``, when given, is an edit merged onto the proposed
+    parameters (JSON Merge Patch, RFC 7396: the keys given replace theirs, ``None``
+    removes a key, the rest stay); the merged parameters pass layer 2 and schema
+    validation as a whole. For the plan approval, ``params`` is a whole replacement plan.
+    Rejected: the step fails with code ``REJECTED`` and ``note``.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

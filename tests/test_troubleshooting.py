@@ -108,3 +108,29 @@ def test_the_page_quotes_the_message_dagwright_gives(
 def test_the_page_lists_every_exit_code() -> None:
     for code in EXIT_CODES:
         assert f"| {code} | " in PAGE, code
+
+
+def test_the_page_covers_every_error_class_the_cli_can_print() -> None:
+    """``main`` prints any :class:`DagwrightError` it catches: each kind is named on the page
+    with what it means and what to do."""
+    import inspect
+
+    from orchestration import _cli_kit, cli, errors
+
+    kinds = {cls.__name__ for module in (errors, _cli_kit, cli)
+             for _, cls in inspect.getmembers(module, inspect.isclass)
+             if issubclass(cls, errors.DagwrightError) and cls is not errors.DagwrightError}
+    assert {"ApprovalError", "RunLeased", "RunNotFound", "StoreError", "AmbiguousRunId"} <= kinds
+    missing = sorted(kind for kind in kinds if f"`{kind}`" not in PAGE)
+    assert missing == [], f"docs/troubleshooting.md does not name {missing}"
+
+
+def test_every_next_step_the_cli_points_to_here_has_its_section() -> None:
+    import re
+
+    from orchestration import cli
+
+    anchors = set(re.findall(r"docs/troubleshooting\.md#([\w-]+)", Path(cli.__file__).read_text()))
+    headings = {re.sub(r"[^\w -]", "", h).strip().lower().replace(" ", "-")
+                for h in re.findall(r"^## (.+)$", PAGE, re.M)}
+    assert anchors and anchors <= headings, anchors - headings

@@ -10,6 +10,8 @@ overloaded server is not the parameters' fault — and it decides before any LLM
 * a timeout, dropped connection or 5xx may have been processed already: it is repeated
   only for idempotent capabilities or ones that send an idempotency key; otherwise the
   step stops and its history says why it was not re-sent;
+* a Python tool that timed out while its thread still runs (``details.still_running``)
+  is never repeated: it would run twice at once;
 * a service error the tool reported as a structured error marked ``retryable: false`` is
   not a plain transport fault: a 503 of that kind is left to layer 4 (which may
   re-resolve the parameters or declare it transient), any other status stops the step.
@@ -51,6 +53,9 @@ class ResilienceHandler:
             )
         if not is_transport_fault(error):
             return None  # input errors, binding, invalid responses: not a transport fault
+        if error.details.get("still_running"):
+            return GiveUp("the Python tool timed out and is still running in its thread: "
+                          "not run again while it runs")
 
         policy = state.retry_policy
         if policy.max_retries == 0:

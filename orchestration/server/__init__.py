@@ -6,7 +6,7 @@
 * :func:`serve` — what ``dagwright serve`` runs: the app under uvicorn, with the
   ``ORCH_SERVE_*`` settings and the refusal to listen beyond loopback without a token.
 
-Needs the ``serve`` extra (``pip install 'dagwright[serve]'``); ``import orchestration``
+Needs the ``serve`` extra (``pip install '.[serve]'`` from a clone); ``import orchestration``
 does not. See ``docs/serve.md``.
 """
 

@@ -17,7 +17,6 @@ is a 422 naming the field rather than a silently ignored option.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
@@ -26,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from orchestration._json import UnreadableJSON, decode
 from orchestration.errors import (
     ApprovalError,
     DagwrightError,
@@ -66,12 +66,19 @@ class DecisionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     approved: StrictBool
-    params: dict[str, Any] | None = None
+    params: dict[str, Any] | None = Field(
+        None, description="an edit merged onto the proposed parameters (JSON Merge Patch, "
+        "RFC 7396): name only the keys you change; null removes a key; the merged "
+        "parameters are validated as a whole. For @plan, a whole replacement plan.")
     note: StrictStr | None = Field(None, max_length=2000)
 
 
 async def _json_body(request: Request) -> Any:
-    """The body as JSON; 415 when it is not declared JSON, 422 when it does not parse."""
+    """The body as JSON; 415 when it is not declared JSON, 422 when it does not parse.
+
+    Decoded by the engine's bounded decoder, as every untrusted JSON is: a body nested
+    deeper than ``ORCH_MAX_JSON_DEPTH`` (or holding NaN, or a lone surrogate) is a 422
+    naming the bound, never a ``RecursionError`` deep in validation."""
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media != "application/json":
         raise ApiError(415, "unsupported_media_type",
@@ -79,9 +86,9 @@ async def _json_body(request: Request) -> Any:
                        f"{media or 'no Content-Type'})")
     raw = await request.body()
     try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ApiError(422, "invalid_json", f"the body is not valid JSON: {exc}",
+        return decode(raw, max_depth=_manager(request).orchestrator.config.max_json_depth)
+    except UnreadableJSON as exc:
+        raise ApiError(422, "invalid_json", f"the body is not JSON this server accepts: {exc}",
                        details={"fields": [{"field": "(body)", "problem": str(exc)}]}) from exc
 
 
@@ -158,12 +165,37 @@ def _check_plan(request: Request, plan: dict[str, Any]) -> None:
             "fields": [{"field": "plan", "problem": str(exc)}], "issues": issues}) from exc
 
 
+def _plan_json(plan: dict[str, Any]) -> Any:
+    try:
+        return Plan.model_validate(plan).model_dump(mode="json")
+    except ValidationError:
+        return plan
+
+
+async def _check_same_plan(manager: RunManager, run_id: str, plan: dict[str, Any]) -> None:
+    """A known run id sent again with another plan is a 409, not the old run silently:
+    the caller meant something else by it. (Another query is refused by the engine.)"""
+    try:
+        known = await manager.orchestrator.aget_run(run_id)
+    except StoreError as exc:
+        raise _store_error(exc) from exc
+    if known is None or known.plan is None:
+        return  # a new run id, or a run that has no plan yet to compare with
+    if _plan_json(known.plan) != _plan_json(plan):
+        raise ApiError(409, "run_id_conflict",
+                       f"run {run_id!r} already exists with another plan; choose another "
+                       "run_id, or send the same plan (or none) to get that run",
+                       details={"run_id": run_id, "status": known.status})
+
+
 async def create_run(request: Request) -> Response:
     body = _model(RunRequest, await _json_body(request))
     manager = _manager(request)
     if body.plan is not None:
         _check_plan(request, body.plan)
     if body.run_id is not None:
+        if body.plan is not None:
+            await _check_same_plan(manager, body.run_id, body.plan)
         running = manager.orchestrator.active_run(body.run_id)
         if running is not None and running.query == body.query:
             # the same run asked for again: it is this one, never a second
@@ -266,6 +298,9 @@ async def decide(request: Request) -> Response:
 async def cancel(request: Request) -> Response:
     manager = _manager(request)
     run_id = request.path_params["run_id"]
+    before = await read_run(manager, run_id)
+    if before.status in FINAL_STATUSES:  # cancelled included: a second cancel is refused too
+        raise _finished(run_id, before.status)
     try:
         result = await manager.orchestrator.acancel(run_id, reason="cancelled through the API")
     except RunNotFound as exc:
@@ -275,10 +310,14 @@ async def cancel(request: Request) -> Response:
     except StoreError as exc:
         raise _store_error(exc) from exc
     if result.status != "cancelled":
-        raise ApiError(409, "run_finished",
-                       f"run {run_id!r} had already finished ({result.status}); nothing to cancel",
-                       details={"run_id": run_id, "status": result.status})
+        raise _finished(run_id, result.status)
     return JSONResponse(result.to_dict())
+
+
+def _finished(run_id: str, status: str) -> ApiError:
+    return ApiError(409, "run_finished",
+                    f"run {run_id!r} had already finished ({status}); nothing to cancel",
+                    details={"run_id": run_id, "status": status})
 
 
 def api_routes() -> list[Route]:

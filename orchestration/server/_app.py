@@ -16,7 +16,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
@@ -33,7 +32,13 @@ from orchestration.server._errors import (
 )
 from orchestration.server._redacting import RedactAnswers
 from orchestration.server._runs import RunManager
-from orchestration.server._security import BodyLimit, SameOriginWrites, TokenAuth, check_token
+from orchestration.server._security import (
+    AllowedHosts,
+    BodyLimit,
+    SameOriginWrites,
+    TokenAuth,
+    check_token,
+)
 from orchestration.server._ui import ui_routes
 from orchestration.telemetry.serving import MULTIPROC_ENV, multiprocess_registry
 
@@ -103,7 +108,7 @@ def create_app(
                   Middleware(SameOriginWrites),
                   Middleware(TokenAuth, token=token)]
     if allowed_hosts is not None:
-        middleware.insert(0, Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
+        middleware.insert(0, Middleware(AllowedHosts, allowed=list(allowed_hosts)))
     app = Starlette(
         routes=[Route("/healthz", healthz, methods=["GET"]),
                 Route("/metrics", metrics, methods=["GET"]),

@@ -6,11 +6,17 @@ Three small ASGI middlewares, outermost first in ``create_app``:
   (a declared ``Content-Length`` is refused before anything is read);
 * :class:`SameOriginWrites` refuses a POST whose ``Origin`` is another site: a page
   elsewhere could otherwise make a browser start runs on a server on 127.0.0.1, which
-  needs no token;
+  needs no token. ``Origin: null`` (what a browser sends for a form posted from a page
+  with ``Referrer-Policy: no-referrer``, or from a sandboxed or ``file:`` page) is
+  refused too, unless the browser itself vouches that the request is same-origin with
+  ``Sec-Fetch-Site: same-origin`` (a header no page can set). The viewer's pages send
+  ``Referrer-Policy: same-origin`` so that browsers put the real origin on their own
+  forms and ``fetch`` calls;
 * :class:`TokenAuth`: with a token, every ``/v1`` and ``/ui`` request needs
   ``Authorization: Bearer <token>`` (compared in constant time). Browsers cannot add
   that header to a page load or an ``EventSource``, so ``/login`` trades the token for an
   HttpOnly, SameSite=Strict session cookie holding an HMAC of the token (not the token).
+  A browser opening a viewer page without a session is redirected to ``/login``.
 """
 
 from __future__ import annotations
@@ -21,13 +27,14 @@ import ipaddress
 from urllib.parse import quote
 
 from starlette.datastructures import Headers
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from orchestration.errors import ConfigError
 from orchestration.server._errors import error_response
 
-__all__ = ["LOOPBACK_HOSTS", "SESSION_COOKIE", "BodyLimit", "SameOriginWrites", "TokenAuth",
+__all__ = ["LOOPBACK_HOSTS", "SESSION_COOKIE", "AllowedHosts", "BodyLimit", "SameOriginWrites",
+           "TokenAuth",
            "check_exposure", "check_token", "is_loopback", "session_value"]
 
 SESSION_COOKIE = "dagwright_session"
@@ -106,13 +113,14 @@ class TokenAuth:
     @staticmethod
     def _refuse(scope: Scope, headers: Headers) -> Response:
         challenge = {"WWW-Authenticate": 'Bearer realm="dagwright"'}
-        if scope["path"].startswith("/ui") and "text/html" in headers.get("accept", ""):
+        if (scope["path"].startswith("/ui") and scope["method"] in ("GET", "HEAD")
+                and "text/html" in headers.get("accept", "")):
+            # a page load in a browser: to the sign-in page, which comes back here after
             root = scope.get("root_path", "")
-            target = quote(root + scope["path"], safe="/")
-            return HTMLResponse(
-                "<!doctype html><title>dagwright: sign in</title><p>This viewer needs the "
-                f'server\'s token. <a href="{root}/login?next={target}">Sign in</a></p>',
-                status_code=401, headers=challenge)
+            target = scope["path"] + (f"?{scope['query_string'].decode('latin-1')}"
+                                      if scope.get("query_string") else "")
+            return RedirectResponse(f"{root}/login?next={quote(target, safe='/')}",
+                                    status_code=303, headers={"Cache-Control": "no-store"})
         return error_response(401, "unauthorized",
                               "this server needs 'Authorization: Bearer <token>' "
                               "(the value of ORCH_SERVE_TOKEN)", headers=challenge)
@@ -138,6 +146,8 @@ class SameOriginWrites:
         if scope["type"] == "http" and scope["method"] not in ("GET", "HEAD", "OPTIONS"):
             headers = Headers(scope=scope)
             origin = headers.get("origin")
+            if origin == "null" and headers.get("sec-fetch-site") == "same-origin":
+                origin = None  # the browser vouches: a page of this server (see above)
             if origin is not None:
                 own = f"{scope.get('scheme', 'http')}://{headers.get('host', '')}"
                 if origin != own:
@@ -147,6 +157,36 @@ class SameOriginWrites:
                         f"({own}); call the API from a server, or from the viewer itself")
                     await response(scope, receive, send)
                     return
+        await self.app(scope, receive, send)
+
+
+def _host_name(header: str) -> str:
+    """The name in a ``Host`` header, without its port (``[::1]:8080`` -> ``[::1]``)."""
+    if header.startswith("["):
+        return header[:header.find("]") + 1] if "]" in header else header
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+class AllowedHosts:
+    """Only requests whose ``Host`` names one of ``allowed`` (against DNS rebinding); a
+    400 ``invalid_host`` in the API's one error shape otherwise (Starlette's own
+    ``TrustedHostMiddleware`` answers plain text)."""
+
+    def __init__(self, app: ASGIApp, allowed: list[str]) -> None:
+        self.app = app
+        self.allowed = {h.lower() for h in allowed}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            header = Headers(scope=scope).get("host", "")
+            if _host_name(header).lower() not in self.allowed:
+                response = error_response(
+                    400, "invalid_host",
+                    f"this server answers only to {', '.join(sorted(self.allowed))} "
+                    f"(the request named {header[:100]!r}); without a token it listens on "
+                    "loopback and refuses other host names against DNS rebinding")
+                await response(scope, receive, send)
+                return
         await self.app(scope, receive, send)
 
 

@@ -1,8 +1,9 @@
 """``dagwright serve``: the app under uvicorn, configured from ``ORCH_SERVE_*``.
 
-The socket is bound here before uvicorn starts, so the address printed is the one
-listened on (``--port 0`` picks a free port) and a refused address fails before the
-orchestrator is built.
+The socket is bound and listening here before the address is printed, so the address
+printed is the one listened on (``--port 0`` picks a free port) and a client that
+connects the moment it reads the line is queued by the kernel until uvicorn accepts it,
+never refused.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ GRACEFUL_SHUTDOWN_S = 10
 """How long a stop waits for open requests (a ``wait`` call, an event stream)."""
 
 
+LISTEN_BACKLOG = 2048
+"""uvicorn's own default backlog."""
+
+
 def _bind(host: str, port: int) -> socket.socket:
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
@@ -33,6 +38,7 @@ def _bind(host: str, port: int) -> socket.socket:
         sock = socket.socket(family, kind, proto)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
+        sock.listen(LISTEN_BACKLOG)
     except OSError as exc:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc} "
                           "(choose another --port or --host)") from exc

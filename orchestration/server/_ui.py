@@ -37,7 +37,9 @@ PAGE_HEADERS = {
                                "img-src 'self' data:; connect-src 'self'; form-action 'self'; "
                                "base-uri 'none'; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # not no-referrer: with it browsers post this server's own forms with "Origin: null",
+    # which SameOriginWrites must refuse; same-origin still sends nothing to other sites
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 
@@ -86,9 +88,32 @@ async def run_page(request: Request) -> Response:
                        message=manager.orchestrator.redactor.redact(exc.message))
     redactor = manager.orchestrator.redactor
     events = redacted_events(redactor, await manager.orchestrator.aget_events(run_id))
-    view = run_view(redacted_result(redactor, result), events)
-    return _render(request, "run.html", view=view, node_w=NODE_W,
-                   node_h=NODE_H, bar_w=BAR_W)
+    started_at = None
+    if result.status == "running":  # for the live "running for" time
+        try:
+            stored = await manager.orchestrator.store.load(run_id)
+        except StoreError:
+            stored = None
+        started_at = stored.state.started_at if stored is not None else None
+    view = run_view(redacted_result(redactor, result), events, started_at=started_at)
+    return _render(request, "run.html", view=view, node_w=NODE_W, node_h=NODE_H, bar_w=BAR_W,
+                   legend=SEGMENT_LEGEND)
+
+
+SEGMENT_LEGEND = {
+    "succeeded": "call succeeded", "failed": "call failed",
+    "invalid": "not sent (rejected before sending)", "unbound": "not sent (a reference did "
+    "not resolve)", "not_sent": "not sent (stopped by a guard)",
+    "cancelled": "cut off in flight (deadline or cancel)", "delay": "backoff wait",
+    "running": "running now",
+}
+"""Every segment kind the timeline draws, as its legend says it."""
+
+
+async def favicon(request: Request) -> Response:
+    """Browsers ask for /favicon.ico whatever the page links: the viewer's icon."""
+    return RedirectResponse(request.scope.get("root_path", "") + "/static/favicon.svg",
+                            status_code=301)
 
 
 def _next_page(target: str | None) -> str:
@@ -128,4 +153,5 @@ def ui_routes() -> list[Route]:
         Route("/ui/", runs_page, methods=["GET"]),
         Route("/ui/runs/{run_id}", run_page, methods=["GET"]),
         Route("/login", login, methods=["GET", "POST"]),
+        Route("/favicon.ico", favicon, methods=["GET"]),
     ]

@@ -14,6 +14,7 @@ cut, so the picture stays readable while the times shown stay true.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,6 +157,41 @@ class RunView:
     span: str
     counts: list[tuple[str, int]]
     cut: str | None
+    plan_note: str | None = None
+    """Why there is no plan to draw, in the words of the run's state."""
+    steps_note: str = ""
+    """Why there is no step to show."""
+    time_label: str = "wall time"
+    elapsed_s: float = 0.0
+    """Seconds shown beside ``time_label``; ``live`` ones grow in the page."""
+    live: bool = False
+    waiting_since: float | None = None
+    drawn: list[str] = field(default_factory=list)
+    """The segment kinds the timeline draws: each has a legend entry."""
+
+
+def _notes(result: RunResult) -> tuple[str | None, str]:
+    """What the page says in place of a plan and of steps, for each run state."""
+    status, planned = result.status, result.plan is not None
+    if planned:
+        plan_note = None
+    elif status == "failed":
+        plan_note = "No plan: planning failed (the error above says why)."
+    elif status == "cancelled":
+        plan_note = "No plan: the run was cancelled before its plan was ready."
+    elif status == "running":
+        plan_note = "No plan yet: the planner is at work."
+    else:
+        plan_note = "No plan."
+    if status in ("failed", "cancelled", "partial", "succeeded"):
+        steps_note = "No step ran."
+    elif status == "awaiting_approval":
+        steps_note = "No step runs until the plan is approved (see above)."
+    elif planned:
+        steps_note = "No step has started yet."
+    else:
+        steps_note = "Steps start once the plan is ready."
+    return plan_note, steps_note
 
 
 def _attempt_view(step_id: str, attempt: Attempt) -> AttemptView:
@@ -196,19 +232,28 @@ def _segments(step: StepResult, axis: TimeAxis) -> list[Segment]:
     return out
 
 
-def run_view(result: RunResult, events: list[RunEvent]) -> RunView:
-    """The page's model of ``result``; ``events`` tell which steps are running now."""
+def run_view(result: RunResult, events: list[RunEvent], *, started_at: float | None = None,
+             now: float | None = None) -> RunView:
+    """The page's model of ``result``; ``events`` tell which steps are running now (and
+    since when), ``started_at`` when the run began, ``now`` the time of the page."""
+    now = time.time() if now is None else now
     finished = set(result.steps)
-    started = {e.data.get("step_id") for e in events if e.type == "step_started"}
+    running_since: dict[str, float] = {}
+    for event in events:
+        sid = event.data.get("step_id")
+        if event.type == "step_started" and isinstance(sid, str) and sid not in finished:
+            running_since[sid] = event.at
+    final = result.status in FINAL_STATUSES
+    if final or result.status == "awaiting_approval":
+        running_since = {}  # an interrupted or waiting step is not running
     statuses: dict[str, str] = {sid: s.status for sid, s in result.steps.items()}
-    for sid in started - finished:
-        if isinstance(sid, str):
-            statuses[sid] = "running"
+    for sid in running_since:
+        statuses[sid] = "running"
     plan_ids = [s["id"] for s in (result.plan or {}).get("steps", [])]
     dag = layout(result.plan, statuses) if result.plan else None
     timed = [s for s in result.steps.values() if s.started_at_s is not None]
     axis = TimeAxis([(s.started_at_s or 0.0, (s.started_at_s or 0.0) + s.duration_s)
-                     for s in timed])
+                     for s in timed] + [(since, now) for since in running_since.values()])
     cuts = axis.cut_marks()
     order = [sid for sid in plan_ids if sid in result.steps]
     order += [sid for sid in result.steps if sid not in order]  # repair rounds' steps
@@ -218,9 +263,17 @@ def run_view(result: RunResult, events: list[RunEvent]) -> RunView:
         step = result.steps.get(sid)
         if step is None:
             plan_step = next(s for s in (result.plan or {}).get("steps", []) if s["id"] == sid)
-            steps.append(StepView(id=sid, tool=plan_step["tool"],
-                                  capability=plan_step["capability"],
-                                  status=statuses.get(sid, "pending"), duration=None, cuts=cuts))
+            view = StepView(id=sid, tool=plan_step["tool"], capability=plan_step["capability"],
+                            status=statuses.get(sid, "pending"), duration=None, cuts=cuts)
+            since = running_since.get(sid)
+            if since is not None:  # running now: its bar reaches the page's time
+                x = axis.x(since)
+                width = max(axis.x(now) - x, 1.5)
+                view.bar = (x, width)
+                view.duration = f"{_seconds(now - since)} so far"
+                view.segments = [Segment(x, width, "running",
+                                         f"running for {_seconds(now - since)}")]
+            steps.append(view)
             continue
         bar = None
         if step.started_at_s is not None:
@@ -242,7 +295,17 @@ def run_view(result: RunResult, events: list[RunEvent]) -> RunView:
     for step_view in steps:
         counts[step_view.status] = counts.get(step_view.status, 0) + 1
     llm = [(purpose, slot.get("calls", 0)) for purpose, slot in result.usage.by_purpose.items()]
-    return RunView(result=result, final=result.status in FINAL_STATUSES, dag=dag, steps=steps,
+    plan_note, steps_note = _notes(result)
+    run = RunView(result=result, final=final, dag=dag, steps=steps,
                    pending=pending, llm_calls=llm, span=_seconds(axis.real_span),
                    counts=sorted(counts.items()),
-                   cut=" and ".join(label for _, label in cuts) or None)
+                   cut=" and ".join(label for _, label in cuts) or None,
+                   plan_note=plan_note, steps_note=steps_note,
+                   elapsed_s=result.usage.wall_time_s,
+                   drawn=sorted({seg.kind for s in steps for seg in s.segments}))
+    if result.status == "running" and started_at is not None:
+        run.time_label, run.elapsed_s, run.live = "running for", max(now - started_at, 0.0), True
+    elif result.status == "awaiting_approval":
+        run.time_label = "worked"
+        run.waiting_since = min((p.requested_at for p in result.pending_approvals), default=None)
+    return run

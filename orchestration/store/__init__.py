@@ -4,8 +4,8 @@
 
 * ``sqlite:///PATH`` — the embedded default (``.dagwright/runs.db`` under the working
   directory); WAL mode, safe for several processes on one machine;
-* ``postgresql://USER:PASSWORD@HOST:PORT/DB`` — for services (``pip install
-  'dagwright[postgres]'``); tables are created or migrated on first use;
+* ``postgresql://USER:PASSWORD@HOST:PORT/DB`` — for services (the ``postgres`` extra:
+  ``pip install '.[postgres]'`` from a clone); tables are created or migrated on first use;
 * ``memory://`` — nothing persisted (tests, benchmarks).
 
 See ``docs/durability.md`` for what is recorded and what a resumed run re-sends.

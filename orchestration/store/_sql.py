@@ -31,6 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic_core import to_json
 
+from orchestration._extras import needs_extra
 from orchestration.errors import LeaseLost, StoreError
 from orchestration.events import RunEvent
 from orchestration.redaction import DEFAULT_REDACTOR, SENSITIVE_NAME
@@ -588,9 +589,8 @@ class PostgresStore(_SQLStore):
                 try:
                     import psycopg
                 except ImportError as exc:
-                    raise StoreError("ORCH_STORE_URL names PostgreSQL but psycopg is not "
-                                     "installed: pip install '.[postgres]' from a clone of "
-                                     "dagwright, or 'dagwright[postgres]' from a wheel") from exc
+                    raise StoreError(needs_extra("ORCH_STORE_URL names PostgreSQL, which",
+                                                 "postgres", "psycopg")) from exc
                 try:
                     conn = await psycopg.AsyncConnection.connect(
                         self._dsn, connect_timeout=10, autocommit=True)

@@ -1,7 +1,7 @@
 """Span exporters chosen by configuration, for the CLI (never installed globally).
 
 ``ORCH_OTEL_EXPORTER`` selects ``none`` (no provider at all), ``console`` (spans printed
-as JSON on stderr) or ``otlp`` (OTLP over HTTP/protobuf; ``pip install 'dagwright[otlp]'``).
+as JSON on stderr) or ``otlp`` (OTLP over HTTP/protobuf; the ``otlp`` extra).
 The standard ``OTEL_*`` variables apply: ``OTEL_SERVICE_NAME`` and
 ``OTEL_RESOURCE_ATTRIBUTES`` name the resource, ``OTEL_TRACES_SAMPLER`` picks the
 sampler, ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` /
@@ -21,6 +21,7 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
+from orchestration._extras import needs_extra
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import ConfigError
 
@@ -31,9 +32,7 @@ def _otlp_exporter() -> SpanExporter:
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     except ImportError as exc:
-        raise ConfigError(
-            "ORCH_OTEL_EXPORTER=otlp needs the OTLP exporter: pip install 'dagwright[otlp]'"
-        ) from exc
+        raise ConfigError(needs_extra("ORCH_OTEL_EXPORTER=otlp", "otlp", exc.name)) from exc
     return OTLPSpanExporter()  # endpoint, headers, timeout from OTEL_EXPORTER_OTLP_*
 
 

@@ -1,6 +1,6 @@
 """Scale out on Temporal: a run is a workflow, each step attempt an activity.
 
-Install the extra (``pip install 'dagwright[temporal]'``), set ``ORCH_BACKEND=temporal``
+Install the extra (``pip install '.[temporal]'`` from a clone), set ``ORCH_BACKEND=temporal``
 (with ``ORCH_TEMPORAL_ADDRESS``, ``ORCH_TEMPORAL_NAMESPACE``, ``ORCH_TEMPORAL_TASK_QUEUE``)
 and start workers with ``dagwright worker``; ``Orchestrator.run``/``arun``/``resume`` then
 start (or attach to) the run's workflow and return the same
@@ -19,8 +19,9 @@ In code, :class:`DagwrightWorker` hosts runs whose catalog has Python tools::
 try:
     import temporalio  # noqa: F401
 except ImportError as exc:  # pragma: no cover - the extra is in the dev install
-    raise ImportError("the Temporal backend needs the temporal extra: "
-                      "pip install 'dagwright[temporal]'") from exc
+    from orchestration._extras import needs_extra
+
+    raise ImportError(needs_extra("the Temporal backend", "temporal", exc.name)) from exc
 
 from orchestration.temporal._payloads import WORKFLOW
 from orchestration.temporal._worker import DagwrightWorker, connect

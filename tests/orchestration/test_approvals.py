@@ -112,6 +112,37 @@ def test_edited_params_are_coerced_and_validated_and_a_bad_edit_changes_nothing(
     assert tools.executed["/pay"] == 1
 
 
+def test_a_partial_edit_is_merged_onto_the_proposed_params_and_validated_whole(
+    tools: SideEffectTools,
+) -> None:
+    """docs/approvals.md's edit: only the amount changes, ``to`` stays; null removes a key."""
+    orch = orchestrator(tools)
+    paused = orch.run(QUERY, plan=plan())
+    assert paused.pending_approvals[0].params == {"amount": 250.0, "to": "broker"}
+    # removing the required key leaves parameters that do not validate: nothing changes
+    with pytest.raises(ApprovalError, match=r"'amount' is a required property.*null removes a key"):
+        orch.resume(paused.run_id, approvals={"pay": Approval(approved=True,
+                                                              params={"amount": None})})
+    assert orch.get_run(paused.run_id).status == "awaiting_approval"  # type: ignore[union-attr]
+    done = orch.resume(paused.run_id, approvals={"pay": Approval(
+        approved=True, params={"amount": "200", "to": None})})
+    assert done.status == "succeeded"
+    assert tools.requests[-2][2] == {"amount": 200}  # merged, coerced, "to" removed
+    assert done.steps["pay"].attempts[-1].params == {"amount": 200}
+
+
+def test_merge_edit_follows_rfc_7396() -> None:
+    from executors._approvals import merge_edit
+
+    proposed = {"amount": 250, "to": "ACME", "meta": {"ref": "x", "tags": ["a"]}}
+    assert merge_edit(proposed, {"amount": 200}) == {"amount": 200, "to": "ACME",
+                                                     "meta": {"ref": "x", "tags": ["a"]}}
+    assert merge_edit(proposed, {"meta": {"ref": None, "note": "n"}, "to": None}) == {
+        "amount": 250, "meta": {"tags": ["a"], "note": "n"}}
+    assert merge_edit(proposed, {"meta": {"tags": ["b"]}})["meta"]["tags"] == ["b"]  # lists replace
+    assert proposed["meta"] == {"ref": "x", "tags": ["a"]}  # the proposal is not changed
+
+
 def test_a_rejection_fails_the_step_and_skips_what_depends_on_it(tools: SideEffectTools) -> None:
     orch = orchestrator(tools)
     paused = orch.run(QUERY, plan=plan())

@@ -12,6 +12,7 @@
   const running = new Set(); // steps started and not finished, as the stream told us
   let refreshTimer = null;
   let source = null;
+  let drawnAt = performance.now(); // when the summary's live time was rendered
 
   function setStatus(el, status) {
     for (const cls of [...el.classList]) if (cls.startsWith("status-")) el.classList.remove(cls);
@@ -72,6 +73,7 @@
       if (node && node.dataset.status === "pending") setStepStatus(stepId, "running");
     }
     body.dataset.final = fresh.body.dataset.final;
+    drawnAt = performance.now();
     liveState(liveText); // the summary was re-rendered without it
   }
 
@@ -172,4 +174,16 @@
   });
 
   if (body.dataset.final !== "true") follow();
+
+  // a running run's time goes on between events: the server's figure plus the time since
+  setInterval(() => {
+    const el = document.getElementById("elapsed");
+    if (el && el.dataset.liveFrom !== undefined) {
+      el.textContent = (parseFloat(el.dataset.liveFrom) + (performance.now() - drawnAt) / 1000).toFixed(2);
+    }
+  }, 250);
+  // and the bars of running steps grow: redrawn by the server every 2 s while one runs
+  setInterval(() => {
+    if (body.dataset.final !== "true" && document.querySelector("svg.bar rect.seg-running")) scheduleRefresh();
+  }, 2000);
 })();

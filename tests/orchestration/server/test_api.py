@@ -98,6 +98,13 @@ def test_wait_returns_the_whole_result_and_a_run_id_never_runs_twice(
         assert (plain.status_code, plain.json()["status"]) == (200, "succeeded")
         conflict = http.post("/v1/runs", json={**body, "query": "another query"})
         assert conflict.status_code == 409 and error(conflict)["code"] == "run_id_conflict"
+        other = plan()
+        other["steps"][0]["params"] = {"symbol": "AAPL"}
+        replanned = http.post("/v1/runs", json={**body, "plan": other})
+        assert replanned.status_code == 409 and error(replanned)["code"] == "run_id_conflict"
+        assert "another plan" in error(replanned)["message"]
+        no_plan = http.post("/v1/runs", json={k: v for k, v in body.items() if k != "plan"})
+        assert no_plan.status_code == 200 and no_plan.json()["run_id"] == "once"
     assert tools.executed["/pay"] == 1
 
 
@@ -154,6 +161,18 @@ def test_bad_json_a_plan_that_cannot_run_and_the_wrong_media_type(
         broken = http.post("/v1/runs", content=b'{"query": ', headers={"Content-Type": "application/json"})
         assert broken.status_code == 422 and error(broken)["code"] == "invalid_json"
         assert "not valid JSON" in error(broken)["message"]
+        # nested past ORCH_MAX_JSON_DEPTH (990 levels would be a RecursionError in a
+        # plain decoder or in validation): the same 422 shape, naming the bound
+        for deep in (b'{"query": "q", "plan": ' + b"[" * 990 + b"]" * 990 + b"}",
+                     b'{"approved": true, "params": {"a": ' + b"{\"b\": " * 995 + b"1" + b"}" * 997):
+            for path in ("/v1/runs", "/v1/runs/nope/approvals/pay"):
+                too_deep = http.post(path, content=deep, headers={"Content-Type": "application/json"})
+                assert too_deep.status_code == 422, too_deep.text
+                assert error(too_deep)["code"] == "invalid_json"
+                assert "ORCH_MAX_JSON_DEPTH" in error(too_deep)["message"]
+        nan = http.post("/v1/runs", content=b'{"query": "q", "x": NaN}',
+                        headers={"Content-Type": "application/json"})
+        assert nan.status_code == 422 and error(nan)["code"] == "invalid_json"
         listed = http.post("/v1/runs", json=["query"])
         assert listed.status_code == 422 and "JSON object" in error(listed)["message"]
         bad_plan = {"steps": [{"id": "a", "tool": "stocks", "capability": "nope", "params": {}}]}
@@ -273,8 +292,9 @@ def test_cancel_stops_the_steps_in_flight_and_the_run_ends_cancelled(
         assert result["steps"]["pay"]["error"]["details"]["request"] == {"amount": 250.0, "to": "broker"}
         assert result["steps"]["receipt"]["status"] == "skipped"
         assert status_of(http, "stop") == "cancelled"
-        again = http.post("/v1/runs/stop/cancel")
-        assert again.status_code == 200  # cancelling a cancelled run changes nothing
+        again = http.post("/v1/runs/stop/cancel")  # a cancelled run has finished too
+        assert again.status_code == 409 and error(again)["details"]["status"] == "cancelled"
+        assert error(again)["code"] == "run_finished"
         tools.release.set()
         http.post("/v1/runs", json={"query": QUERY, "plan": plan(), "run_id": "done", "wait": True})
         finished = http.post("/v1/runs/done/cancel")

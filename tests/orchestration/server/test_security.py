@@ -49,8 +49,10 @@ def test_with_a_token_every_v1_and_ui_request_needs_it(guarded: LiveServer, tool
 
 def test_a_browser_signs_in_once_and_gets_a_cookie_not_the_token(guarded: LiveServer) -> None:
     with httpx.Client(base_url=guarded.url, timeout=10) as browser:
-        page = browser.get("/ui/runs/x", headers={"Accept": "text/html"})
-        assert page.status_code == 401 and "/login?next=/ui/runs/x" in page.text
+        page = browser.get("/ui/runs/x", params={"a": "1"}, headers={"Accept": "text/html"})
+        assert page.status_code == 303 and page.headers["location"] == "/login?next=/ui/runs/x%3Fa%3D1"
+        assert browser.get("/ui/", headers={"Accept": "text/html"}).headers["location"] == \
+            "/login?next=/ui/"
         form = browser.get("/login", params={"next": "/ui/"})
         assert form.status_code == 200 and 'type="password"' in form.text
         failed = browser.post("/login", data={"token": "guess", "next": "/ui/"})
@@ -75,7 +77,17 @@ def test_a_page_of_another_origin_cannot_start_runs(tools: SideEffectTools) -> N
         assert foreign.status_code == 403 and foreign.json()["error"]["code"] == "forbidden_origin"
         own = http.post("/v1/runs", json=QUOTE, headers={"Origin": server.url})
         assert own.status_code == 200
-    assert tools.executed["/quote"] == 1
+        # "null" (a sandboxed or file: page, a no-referrer form) is refused unless the
+        # browser itself says the request comes from this server's own page
+        for fetch_site in (None, "cross-site", "same-site", "none"):
+            headers = {"Origin": "null", **({"Sec-Fetch-Site": fetch_site} if fetch_site else {})}
+            refused = http.post("/v1/runs", json=QUOTE, headers=headers)
+            assert refused.status_code == 403, fetch_site
+            assert refused.json()["error"]["code"] == "forbidden_origin"
+        vouched = http.post("/v1/runs", json=QUOTE,
+                            headers={"Origin": "null", "Sec-Fetch-Site": "same-origin"})
+        assert vouched.status_code == 200
+    assert tools.executed["/quote"] == 2
 
 
 def test_a_loopback_server_without_a_token_refuses_foreign_host_names(tools: SideEffectTools) -> None:
@@ -85,7 +97,13 @@ def test_a_loopback_server_without_a_token_refuses_foreign_host_names(tools: Sid
     with live_server(make_orchestrator(tools.catalog()), allowed_hosts=LOOPBACK_HOSTS) as server, \
             httpx.Client(base_url=server.url, timeout=10) as http:
         assert http.get("/v1/runs").status_code == 200
-        assert http.get("/v1/runs", headers={"Host": "attacker.example"}).status_code == 400
+        for host in ("attacker.example", "attacker.example:8080", "127.0.0.1.attacker.example"):
+            refused = http.get("/v1/runs", headers={"Host": host})
+            assert refused.status_code == 400
+            assert refused.json()["error"]["code"] == "invalid_host"  # the one error shape
+            assert host in refused.json()["error"]["message"]
+        for host in ("localhost:1234", "127.0.0.1", "[::1]:80"):
+            assert http.get("/v1/runs", headers={"Host": host}).status_code == 200, host
 
 
 def test_serve_refuses_to_listen_beyond_loopback_without_a_token(

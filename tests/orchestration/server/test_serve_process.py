@@ -55,6 +55,8 @@ def dagwright_serve(env: dict[str, str], log: Path) -> Iterator[tuple[subprocess
         line = proc.stdout.readline()
         assert line.startswith("dagwright serve: http://127.0.0.1:"), log.read_text()
         url = line.split()[2].removesuffix("/ui/")
+        # an eager client, connecting the moment the address is printed, is never refused
+        assert httpx.get(f"{url}/healthz", timeout=20).status_code == 200
 
         def healthy() -> bool:
             try:

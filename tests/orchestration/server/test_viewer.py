@@ -162,3 +162,46 @@ def test_approving_a_paused_run_in_the_page_finishes_it_live(
             page.mouse.move(0, 0)
             SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SCREENSHOT), full_page=True)
+
+
+TOKEN = "viewer-token-for-the-browser-test-0123"
+
+
+def test_with_a_token_a_browser_signs_in_opens_a_run_and_approves_a_step(
+    browser_page: Page, tools: SideEffectTools,
+) -> None:
+    """The sign-in form works in Chromium: its POST carries this server's Origin (the
+    pages' Referrer-Policy no longer makes it ``null``); a page opened without a session
+    leads to the sign-in page and back; the session then approves through the API."""
+    from playwright.sync_api import expect
+
+    page = browser_page
+    orchestrator = make_orchestrator(catalog(tools, approve_payments=True),
+                                     retry_base_delay_s=0.05, serve_token=TOKEN)
+    with live_server(orchestrator) as server:
+        response = httpx.post(f"{server.url}/v1/runs", timeout=30,
+                              headers={"Authorization": f"Bearer {TOKEN}"},
+                              json={"query": QUERY, "plan": PLAN, "run_id": "signed-in",
+                                    "wait": True})
+        assert response.json()["status"] == "awaiting_approval"
+        posted: list[dict[str, str]] = []
+        page.on("request", lambda r: posted.append(r.headers) if r.method == "POST" else None)
+
+        page.goto(f"{server.url}/ui/runs/signed-in")
+        expect(page).to_have_url(re.compile(r"/login\?next=/ui/runs/signed-in$"))
+        page.get_by_label("Token").fill("not-the-token")
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.locator("[role=alert]")).to_contain_text("not the server's token")
+        page.get_by_label("Token").fill(TOKEN)
+        page.get_by_role("button", name="Sign in").click()
+
+        expect(page).to_have_url(f"{server.url}/ui/runs/signed-in")
+        expect(page.locator("#run-status")).to_have_text("awaiting_approval")
+        # the two form posts carried this server's origin, not "null"
+        assert [h.get("origin") for h in posted] == [server.url, server.url]
+        page.locator('.approval[data-step="pay"]').get_by_role("button", name="Approve").click()
+        expect(page.locator("#run-status")).to_have_text("partial", timeout=15_000)
+        assert tools.executed["/pay"] == 1
+        # the runs list opens with the same session
+        page.goto(f"{server.url}/ui/")
+        expect(page.locator("table.runs")).to_contain_text("signed-in")

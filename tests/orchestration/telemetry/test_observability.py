@@ -793,7 +793,9 @@ def test_cli_run_exports_spans_logs_json_and_serves_metrics(
     script.write_text(json.dumps([plan, "NVDA is at 131.38 USD."]))
     for name, value in {"ORCH_LLM_PROVIDER": "scripted", "ORCH_LLM_SCRIPT": str(script),
                         "ORCH_CATALOG": str(catalog_file), "ORCH_OTEL_EXPORTER": "console",
-                        "ORCH_LOG_FORMAT": "json"}.items():
+                        "ORCH_LOG_FORMAT": "json",
+                        # `dagwright run` logs INFO when told (else warnings beside its progress)
+                        "ORCH_LOG_LEVEL": "INFO"}.items():
         monkeypatch.setenv(name, value)
     root = logging.getLogger("dagwright")
     saved = (list(root.handlers), root.level, root.propagate)

@@ -1,0 +1,195 @@
+"""The CLI as a new user meets it: a paused run, run ids by prefix, misspellings, a
+closed pipe, log levels, the first line of ``run`` on a pipe, unset settings.
+
+Real processes where the behaviour is about the process (exit codes, pipes, streams);
+in-process ``main`` where it is about the words.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestration import Catalog, Orchestrator, OrchestratorConfig, ScriptedLLM
+from orchestration.cli import EXIT_AWAITING_APPROVAL, EXIT_CLOSED_PIPE, Progress, main
+from orchestration.events import RunEvent
+from tests.support.side_effects import SideEffectTools, pay_plan
+
+
+def catalog_spec(tools: SideEffectTools, *, approval: bool) -> dict[str, Any]:
+    spec = tools.catalog()
+    for tool in spec["tools"]:
+        for cap in tool["capabilities"]:
+            if cap["name"] == "pay":
+                cap["requires_approval"] = approval
+    return spec
+
+
+def environment(tools: SideEffectTools, tmp_path: Path, *, approval: bool,
+                answers: list[Any]) -> dict[str, str]:
+    (tmp_path / "catalog.json").write_text(json.dumps(catalog_spec(tools, approval=approval)))
+    (tmp_path / "script.json").write_text(json.dumps(answers))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    return {**env, "ORCH_CATALOG": str(tmp_path / "catalog.json"),
+            "ORCH_STORE_URL": f"sqlite:///{tmp_path}/runs.db", "ORCH_LLM_PROVIDER": "scripted",
+            "ORCH_LLM_SCRIPT": str(tmp_path / "script.json"), "ORCH_SYNTHESIS_ENABLED": "false"}
+
+
+def dagwright(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "orchestration", *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_a_paused_run_has_its_own_exit_code_and_says_what_to_type_next(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    env = environment(tools, tmp_path, approval=True, answers=[pay_plan()])
+    paused = dagwright(env, "run", "pay for one share")
+    assert paused.returncode == EXIT_AWAITING_APPROVAL == 5, paused.stderr
+    run_id = paused.stdout.splitlines()[0].split()[1]
+    assert f"next: waiting for approval: `dagwright approve {run_id} pay` sends the call" \
+        in paused.stdout
+    assert "each failed step above" not in paused.stdout
+    # progress: the step waits, and the run is said to wait, not to have failed
+    assert "  pay: waiting for approval: the capability requires approval" in paused.stderr
+    assert f"run {run_id} waiting for approval (pay)" in paused.stderr
+    assert " INFO " not in paused.stderr  # logs: warnings only unless -v
+    assert "/pay" not in tools.executed
+
+    # the id by a prefix, and an edit of one parameter: the rest is kept
+    done = dagwright(env, "approve", run_id[:8], "pay", "--params", '{"amount": 100}')
+    assert done.returncode == 0, done.stderr
+    assert tools.requests[-2][2] == {"amount": 100, "to": "broker"}
+    assert "  status: succeeded" in done.stdout
+
+
+def test_the_first_line_reaches_a_pipe_while_the_run_goes_on(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    env = environment(tools, tmp_path, approval=False, answers=[pay_plan()])
+    tools.hold.set()  # the payment's answer is held back until the line was read
+    proc = subprocess.Popen([sys.executable, "-m", "orchestration", "-q", "run", "pay"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first.startswith("run ") and len(first.split()[1]) == 32
+        assert proc.poll() is None and tools.executed["/receipt"] == 0  # still running
+        tools.release.set()
+        rest, errors = proc.communicate(timeout=60)
+    finally:
+        tools.release.set()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, errors
+    assert errors == ""  # -q: no progress, no log lines
+    assert "  status: succeeded" in rest and "run " not in rest.splitlines()[0]
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    env = {**os.environ, "ORCH_STORE_URL": f"sqlite:///{tmp_path}/runs.db"}
+    proc = subprocess.Popen([sys.executable, "-m", "orchestration", "config"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # `| head` that has read enough: gone before anything was written
+    errors = proc.stderr.read().decode()
+    assert proc.wait(60) == EXIT_CLOSED_PIPE == 141
+    assert errors == ""  # no BrokenPipeError traceback
+
+
+@pytest.fixture
+def two_runs(tools: SideEffectTools, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    store = f"sqlite:///{tmp_path}/runs.db"
+    monkeypatch.setenv("ORCH_STORE_URL", store)
+    orch = Orchestrator(catalog=Catalog.from_dict(catalog_spec(tools, approval=True), source="t"),
+                        llm=ScriptedLLM(["unused"]),
+                        config=OrchestratorConfig(store_url=store, synthesis_enabled=False))
+    for run_id in ("alpha-one", "alpha-two"):
+        assert orch.run("pay", plan=pay_plan(), run_id=run_id).status == "awaiting_approval"
+    orch.close()
+    return store
+
+
+def test_run_ids_by_prefix_and_an_ambiguous_one_lists_the_candidates(
+    two_runs: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = io.StringIO()
+    assert main(["runs", "show", "alpha-o"], out=out) == 0
+    assert out.getvalue().startswith("run alpha-one: pay")
+    assert main(["runs", "show", "alpha"], out=io.StringIO()) == 2
+    err = capsys.readouterr().err
+    assert "'alpha' is the start of 2 run ids: alpha-two (awaiting_approval); " \
+        "alpha-one (awaiting_approval); give more characters" in err
+    assert "next: `dagwright runs list` shows the run ids" in err
+    assert main(["runs", "show", "nothing-like-it"], out=io.StringIO()) == 2
+    assert "no run id starts with it" in capsys.readouterr().err
+    listed = io.StringIO()
+    assert main(["approvals", "list", "alpha-t"], out=listed) == 0
+    assert listed.getvalue().startswith("alpha-two pay: bank.pay")
+    # the store is only read: both still wait
+    assert main(["runs", "list", "--status", "awaiting_approval", "--json"], out=out) == 0
+
+
+def test_a_wrong_status_or_command_is_refused_with_the_closest_name(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["runs", "list", "--status", "faild"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'faild'" in err and "did you mean 'failed'?" in err
+    with pytest.raises(SystemExit):
+        main(["rnu", "query"])
+    assert "did you mean 'run'?" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["aprove", "r", "s"])
+    assert "did you mean 'approve'?" in capsys.readouterr().err
+
+
+def test_config_prints_unset_values_as_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ORCH_LLM_BASE_URL", raising=False)
+    monkeypatch.setenv("ORCH_LLM_MODEL", "m-1")
+    out = io.StringIO()
+    assert main(["config"], out=out) == 0
+    lines = out.getvalue().splitlines()
+    assert "# ORCH_LLM_BASE_URL is unset" in lines and "ORCH_LLM_MODEL=m-1" in lines
+    assert not any(line.endswith("=null") for line in lines)
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_log_lines_go_above_the_live_table_not_through_it() -> None:
+    screen = Terminal()
+    progress = Progress(screen)
+    progress(RunEvent(run_id="r", seq=1, type="plan_ready", at=0.0, data={"steps": 2}))
+    progress(RunEvent(run_id="r", seq=2, type="step_started", at=0.0,
+                      data={"step_id": "a", "tool": "t", "capability": "c"}))
+    progress(RunEvent(run_id="r", seq=3, type="step_started", at=0.0,
+                      data={"step_id": "b", "tool": "t", "capability": "c"}))
+    before = len(screen.getvalue())
+    progress.log_stream().write("WARNING something happened\n")
+    after = screen.getvalue()[before:]
+    # up over the two rows, clear, the log line, then the table again below it
+    assert after.startswith("\x1b[2A\x1b[J" + "WARNING something happened\n")
+    assert after.count("running   t.c") == 2
+
+
+def test_a_streamed_plan_is_announced_before_its_first_step() -> None:
+    lines = io.StringIO()
+    progress = Progress(lines)
+    progress(RunEvent(run_id="r", seq=1, type="step_started", at=0.0,
+                      data={"step_id": "a", "tool": "t", "capability": "c"}))
+    progress(RunEvent(run_id="r", seq=2, type="plan_ready", at=0.0, data={"steps": 3}))
+    assert lines.getvalue().splitlines() == [
+        "planning: steps start as the plan streams in [run r]", "  a: running   t.c",
+        "plan ready: 3 step(s), 1 started as it streamed in [run r]"]
