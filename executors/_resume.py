@@ -43,7 +43,7 @@ def resume_point(run: RunState, services: RunServices, stored: StoredRun,
     steps = {s["id"]: s for s in (run.plan or {}).get("steps", [])}
     for (step_id, _number), output in sorted(stored.outputs.items()):
         step = steps.get(step_id)
-        if step is None or step_id in run.steps:
+        if step is None or _settled(run, step_id):
             continue
         _settle(run, services, StepResult(
             id=step_id, tool=step["tool"], capability=step["capability"], status="succeeded",
@@ -51,7 +51,7 @@ def resume_point(run: RunState, services: RunServices, stored: StoredRun,
     resend = {}
     for marker in stored.open_calls:
         step = steps.get(marker.step_id)
-        if step is None or marker.step_id in run.steps:
+        if step is None or _settled(run, marker.step_id):
             continue
         try:
             capability = services.catalog.get(step["tool"], step["capability"])
@@ -76,7 +76,22 @@ def resume_point(run: RunState, services: RunServices, stored: StoredRun,
                 details={"request": marker.params, "attempt": marker.attempt,
                          "layer": marker.layer, "started_at": marker.started_at}),
         ))
+    # a step still recorded as waiting whose approval was decided, but whose process
+    # stopped before its call could leave (no marker): it runs again, and asks again
+    # unless this resume carries the decision — nothing of it was sent
+    waiting = {p.step_id for p in run.pending_approvals}
+    for step_id in [sid for sid, result in run.steps.items()
+                    if result.status == "awaiting_approval" and sid not in waiting]:
+        del run.steps[step_id]
     return ResumePoint(attempts=dict(stored.attempts), resend=resend, approved=approved or {})
+
+
+def _settled(run: RunState, step_id: str) -> bool:
+    """Whether the step has a result of its own. A step recorded as waiting for approval
+    has none: a person approved it, its call was sent, and the process stopped before the
+    outcome — its open marker decides, like any step's in flight."""
+    result = run.steps.get(step_id)
+    return result is not None and result.status != "awaiting_approval"
 
 
 def _settle(run: RunState, services: RunServices, result: StepResult) -> None:

@@ -592,6 +592,17 @@ class Orchestrator:
     ) -> RunResult:
         recorder = RunRecorder(self.store, stored.state.run_id, lease_s=self.config.store_lease_s)
         await recorder.take_over(stored)
+        # the run's status and the decisions made for it (approvals, rejections) are the
+        # store's before any call they allow can leave: a crash after an approved call
+        # was sent must find a running run with that call's marker, not a step that
+        # still waits for a person
+        recorder.save_run(stored.state)
+        try:
+            await recorder.flush()
+        except StoreError:
+            with contextlib.suppress(StoreError):
+                await recorder.finish(None)
+            raise
         return await self._execute(stored.state, recorder, stored=stored, approved=approved,
                                    on_event=on_event, started=started, settled=settled)
 

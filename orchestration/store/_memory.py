@@ -113,8 +113,8 @@ class MemoryStore:
             attempts.setdefault(step_id, []).append(attempt)
             if attempt.outcome == "succeeded":
                 outputs[(step_id, number)] = output
-        open_calls = [m for m in run.calls.values()
-                      if not m.finished and m.step_id not in run.steps]
+        open_calls = [m for m in run.calls.values() if not m.finished and (
+            m.step_id not in run.steps or run.steps[m.step_id].status == "awaiting_approval")]
         remaining = None if run.lease_until is None else run.lease_until - time.monotonic()
         return StoredRun(state, attempts, outputs, open_calls, run.lease_owner, remaining)
 

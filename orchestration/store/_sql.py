@@ -360,7 +360,7 @@ class _SQLStore(ABC):
                 "SELECT step_id, attempt, layer, params, idempotency_key, started_at "
                 "FROM dagwright_calls WHERE run_id = ? AND finished_at IS NULL "
                 "ORDER BY started_at", (run_id,))
-            if step_id not in steps
+            if step_id not in steps or steps[step_id].status == "awaiting_approval"
         ]
         held = None if remaining is None or not same_clock else float(remaining)
         return StoredRun(state, attempts, outputs, calls, owner, held)

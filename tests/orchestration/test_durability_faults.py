@@ -366,3 +366,75 @@ def test_a_crash_under_load_leaves_unknown_only_the_calls_that_may_have_left(
     assert len(unknown) == pool, [(e.run_id, e.steps["pay"].status) for e in ends]
     assert all(e.status == "succeeded" for e in ends if e.run_id not in unknown)
     assert tools.executed["/pay"] == runs  # each run's payment executed exactly once
+
+
+# --- a crash right after an approved payment was sent ---------------------------------------
+
+def test_a_crash_after_an_approved_payment_left_ends_unknown_not_awaiting_approval(
+    store_url: str, tools: SideEffectTools,
+) -> None:
+    """A person approves the payment with an edited amount; the process dies while the
+    payment is at the tool. Before: the run was back to `awaiting_approval` with the old
+    amount, a second approval failed ("a call marker is open already"), and a rejection
+    recorded "rejected, 0 attempts" for money that had left. Now the decision is the
+    store's before the call leaves, and the resume reports the call as unknown."""
+    from tests.orchestration.test_approvals import approval_catalog
+
+    run_id = f"approved-{uuid.uuid4().hex[:8]}"
+    catalog = json.dumps(approval_catalog(tools))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def start(command: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.support.durable_child", command, store_url, run_id,
+             catalog, json.dumps(pay_plan("pay"))],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+    paused = outcome(start("run"))
+    assert paused["status"] == "awaiting_approval", paused
+    pay_arrived = tools.hold_first("/pay")
+    approving = start("approve")
+    try:
+        assert pay_arrived.wait(30), "the approved payment never reached the tool"
+    finally:
+        approving.kill()
+        approving.communicate(timeout=10)
+        tools.release_first("/pay")
+    assert tools.requests[-1][2]["amount"] == 111  # the edited amount was paid
+
+    resumed = outcome(start("resume"))
+    pay = resumed["steps"]["pay"]
+    assert pay["status"] == "unknown", pay
+    assert pay["error"]["code"] == "OUTCOME_UNKNOWN"
+    assert pay["error"]["details"]["request"]["amount"] == 111
+    assert resumed["pending_approvals"] == []
+    assert tools.executed["/pay"] == 1
+
+
+def test_an_approved_step_whose_process_stopped_before_sending_asks_again(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    """The approval was recorded (the run is `running`, nothing pending) but the process
+    stopped before the call left: no marker, nothing sent. The resume does not leave the
+    step stranded as `awaiting_approval` in a finished run: it asks the person again."""
+    from orchestration.store._recorder import snapshot
+    from tests.orchestration.test_approvals import approval_catalog
+
+    orch = Orchestrator(catalog=Catalog.from_dict(approval_catalog(tools), source="t"),
+                        llm=ScriptedLLM(["unused"]),
+                        config=OrchestratorConfig(store_url=f"sqlite:///{tmp_path}/runs.db",
+                                                  synthesis_enabled=False))
+    paused = orch.run(QUERY, plan=pay_plan("pay"))
+    assert paused.status == "awaiting_approval"
+
+    async def decided_then_stopped() -> None:  # what the store holds after such a stop
+        stored = await orch.store.load(paused.run_id)
+        assert stored is not None
+        stored.state.status, stored.state.pending_approvals = "running", []
+        await orch.store.write([snapshot(stored.state)])
+
+    asyncio.run(decided_then_stopped())
+    again = orch.resume(paused.run_id)
+    assert again.status == "awaiting_approval"
+    assert [p.step_id for p in again.pending_approvals] == ["pay"]
+    assert tools.executed["/pay"] == 0

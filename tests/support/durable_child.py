@@ -5,6 +5,7 @@ prints the run's result as JSON on its last line — or, when the run raised a d
 error, ``{"raised": CLASS, "message": ...}`` (exit 3). The tests kill it with SIGKILL or
 freeze it with SIGSTOP in the middle of ``run`` and resume the run in another process.
 
+``approve ...`` approves the waiting step ``pay`` with ``{"amount": 111}`` and continues.
 ``many STORE_URL PREFIX CATALOG_JSON PLAN_JSON N`` runs N runs at once (ids PREFIX-0 ...).
 
 ``DAGWRIGHT_CHILD_LEASE_S`` sets the run lease (default 30 s). ``DAGWRIGHT_CHILD_CLOCK_SKEW_S``
@@ -26,6 +27,7 @@ if _SKEW_S:
     time.time = lambda: _real_time() + _SKEW_S  # before dagwright reads the clock
 
 from orchestration import (  # noqa: E402
+    Approval,
     Catalog,
     DagwrightError,
     Orchestrator,
@@ -53,6 +55,9 @@ def main(argv: list[str]) -> int:
     try:
         if command == "run":
             result = orch.run(QUERY, plan=json.loads(plan_json), run_id=run_id)
+        elif command == "approve":  # approve step "pay" with an edited amount of 111
+            result = orch.resume(run_id, approvals={"pay": Approval(
+                approved=True, params={"amount": 111})})
         else:
             result = orch.resume(run_id)
     except DagwrightError as exc:
