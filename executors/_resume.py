@@ -20,12 +20,12 @@ Idempotent steps that were in flight have no marker; they simply run again.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from executors._step_runner import ResumePoint
 from orchestration.errors import CatalogError
 from orchestration.protocol import OUTCOME_UNKNOWN, ErrorCategory, ErrorSource, StepError
-from orchestration.result import StepResult
+from orchestration.result import Attempt, Layer, StepResult
 from orchestration.services import RunServices
 from orchestration.state import RunState
 from orchestration.store._base import StoredRun
@@ -62,20 +62,25 @@ def resume_point(run: RunState, services: RunServices, stored: StoredRun,
             continue
         if capability is not None and capability.is_idempotent:
             continue  # safe to run again from the start
+        unknown = StepError(
+            category=ErrorCategory.INTERNAL_ERROR, code=OUTCOME_UNKNOWN,
+            message="the process running this step stopped while its call was in flight; "
+                    "the tool may have processed the request, and the capability declares "
+                    "no idempotency key, so it is not sent again. Check with the tool "
+                    "whether it happened (the request is in details.request).",
+            source=ErrorSource.ENGINE, retryable=False, request_sent=True,
+            step_id=marker.step_id, tool=step["tool"], capability=step["capability"],
+            details={"request": marker.params, "attempt": marker.attempt,
+                     "layer": marker.layer, "started_at": marker.started_at})
+        # the call that may have happened is an attempt of the step's history, like any
+        # call cut in flight (``cancelled``: its request may have reached the tool)
+        in_flight = Attempt(number=marker.attempt, layer=cast(Layer, marker.layer),
+                            params=marker.params, outcome="cancelled", error=unknown)
+        earlier = [a for a in stored.attempts.get(marker.step_id, [])
+                   if a.number != marker.attempt]
         _settle(run, services, StepResult(
             id=marker.step_id, tool=step["tool"], capability=step["capability"],
-            status="unknown", attempts=stored.attempts.get(marker.step_id, []),
-            error=StepError(
-                category=ErrorCategory.INTERNAL_ERROR, code=OUTCOME_UNKNOWN,
-                message="the process running this step stopped while its call was in flight; "
-                        "the tool may have processed the request, and the capability declares "
-                        "no idempotency key, so it is not sent again. Check with the tool "
-                        "whether it happened (the request is in details.request).",
-                source=ErrorSource.ENGINE, retryable=False, request_sent=True,
-                step_id=marker.step_id, tool=step["tool"], capability=step["capability"],
-                details={"request": marker.params, "attempt": marker.attempt,
-                         "layer": marker.layer, "started_at": marker.started_at}),
-        ))
+            status="unknown", attempts=[*earlier, in_flight], error=unknown))
     # a step still recorded as waiting whose approval was decided, but whose process
     # stopped before its call could leave (no marker): it runs again, and asks again
     # unless this resume carries the decision — nothing of it was sent

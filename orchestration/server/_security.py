@@ -122,8 +122,9 @@ class TokenAuth:
             return RedirectResponse(f"{root}/login?next={quote(target, safe='/')}",
                                     status_code=303, headers={"Cache-Control": "no-store"})
         return error_response(401, "unauthorized",
-                              "this server needs 'Authorization: Bearer <token>' "
-                              "(the value of ORCH_SERVE_TOKEN)", headers=challenge)
+                              "this server needs a bearer token (the value of "
+                              "ORCH_SERVE_TOKEN) in the header Authorization, after "
+                              "'Bearer '", headers=challenge)
 
 
 def _cookie(header: str, name: str) -> str | None:

@@ -267,13 +267,15 @@ def test_a_store_that_fails_mid_run_never_sends_an_unrecorded_side_effect(
     assert tools.executed == {"/quote": 1}
     result = caught.value.result
     assert result is not None and result.run_id == "full-disk"
-    pay = result.steps["pay"]
-    assert pay.status == "failed" and pay.error is not None
-    assert pay.error.code == "STORE_UNAVAILABLE" and not pay.error.request_sent
-    assert pay.attempts[-1].outcome == "not_sent"
-    # the run stopped at the store's failure: nothing after the payment was started
-    assert "receipt" not in result.steps or result.steps["receipt"].status == "skipped"
+    # the run stopped at the store's first failed write: the payment's marker, or a
+    # buffered write just before it (which of the two comes first is a matter of timing)
     assert result.status == "failed" and "run store failed" in (result.error or "")
+    pay = result.steps.get("pay")
+    if pay is not None:
+        assert pay.status == "failed" and pay.error is not None
+        assert pay.error.code == "STORE_UNAVAILABLE" and not pay.error.request_sent
+        assert all(a.outcome == "not_sent" for a in pay.attempts)
+    assert "receipt" not in result.steps or result.steps["receipt"].status == "skipped"
 
 
 # --- retention --------------------------------------------------------------------------------

@@ -120,3 +120,13 @@ def test_dagwrights_own_fixed_messages_are_left_alone(message: str) -> None:
 def test_secrets_in_urls_and_json_in_json_are_masked(text: str, secret: str) -> None:
     redacted = DEFAULT_REDACTOR.redact(text)
     assert secret not in redacted and "[REDACTED]" in redacted
+
+
+def test_the_401_of_serve_still_says_what_header_to_send(tmp_path: Path) -> None:
+    """Redaction of every answer must not eat the server's own guidance."""
+    orch = _orchestrator(f"sqlite:///{tmp_path}/runs.db")
+    with live_server(orch, token="s3rve-Token-77abc") as live:
+        refused = httpx.get(f"{live.url}/v1/runs", timeout=15)
+    assert refused.status_code == 401
+    message = refused.json()["error"]["message"]
+    assert "[REDACTED]" not in message and "Bearer" in message and "Authorization" in message
