@@ -1,0 +1,351 @@
+"""OpenAPI schemas as self-contained JSON Schemas that share their definitions.
+
+A real document defines its shapes once (``components/schemas``) and refers to them from
+hundreds of operations. Copying every reference into every operation (what a naive
+"dereference" does) makes Discord's 242 operations 1.5 MB of input schemas, some 200 KiB
+each. Instead each referenced schema is converted **once per document** into a named
+definition, and a capability's schema carries ``$defs`` holding only the definitions it
+reaches (``#/$defs/<name>`` references, which the engine's validator and coercer
+resolve). Small leaf schemas (an enum, a string with a pattern) are inlined where they
+are used, which reads better and costs nothing.
+
+Conversion also makes the schema one the engine accepts, without refusing the operation:
+
+* OpenAPI 3.0's dialect becomes JSON Schema (``nullable``, boolean
+  ``exclusiveMinimum``/``exclusiveMaximum``, ``type: file``);
+* what violates the JSON Schema meta-schema is repaired where the meaning is clear
+  (duplicate ``required`` entries are dropped) and otherwise the offending keyword is
+  removed — each repair is reported as a note naming the place, never silently;
+* keywords that only describe the document (``xml``, ``externalDocs``, ``x-*``) are left
+  out.
+
+:func:`fit` keeps a schema within a size budget: first descriptions and examples of the
+shared definitions go, then definitions deeper than the budget allows become open
+schemas that say so. Nothing is ever cut in the middle of a JSON text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import referencing.exceptions
+
+from orchestration._schema import _static_meta_202012
+from orchestration.sources.openapi._names import identifier
+
+__all__ = ["MAX_SCHEMA_BYTES", "SchemaBuilder", "SchemaProblem", "size_of"]
+
+MAX_SCHEMA_BYTES = 32 * 1024
+"""Largest input or output schema a capability carries (JSON text, ``$defs`` included)."""
+
+_INLINE_BYTES = 400  # a leaf definition this small is copied where it is used
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
+_SCHEMA_ONE = ("additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
+               "unevaluatedItems", "unevaluatedProperties", "additionalItems", "items")
+_DROPPED = frozenset({"xml", "externalDocs"})
+_TEXT_KEYS = ("description", "example", "examples", "title")
+_META = _static_meta_202012()
+
+
+class SchemaProblem(Exception):
+    """A schema that cannot be used (a ``$ref`` that does not resolve), with its place."""
+
+    def __init__(self, pointer: str, message: str) -> None:
+        super().__init__(f"{message} (at {pointer})")
+        self.pointer = pointer
+        self.message = message
+
+
+@dataclass
+class _Def:
+    name: str
+    pointer: str
+    schema: Any = None
+    refs: set[str] = field(default_factory=set)
+    building: bool = True
+    problem: SchemaProblem | None = None
+    size: int = 0
+    lean: Any = None  # the schema without descriptions and examples, made when needed
+    lean_size: int = 0
+
+
+def size_of(schema: Any) -> int:
+    return len(json.dumps(schema, separators=(",", ":"), ensure_ascii=False, default=str))
+
+
+class SchemaBuilder:
+    """Converts the schemas of one document; definitions are shared by its operations."""
+
+    def __init__(self, *, oas30: bool, note: Callable[[str, str], None]) -> None:
+        self.oas30 = oas30
+        self.note = note  # note(pointer, message)
+        self._by_target: dict[int, _Def] = {}
+        self._by_name: dict[str, _Def] = {}
+
+    # --- converting -----------------------------------------------------------------
+    def schema(self, node: Any, resolver: Any, pointer: str, refs: set[str]) -> Any:
+        """``node`` converted; the definitions it refers to are added to ``refs``."""
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str):
+                return self._reference(node, ref, resolver, pointer, refs)
+            return self._object(node, resolver, pointer, refs)
+        if isinstance(node, bool):
+            return node
+        # a schema that is neither an object nor a boolean: repaired to "anything"
+        self.note(pointer, f"a schema must be an object, got {type(node).__name__}; "
+                  "treated as {} (any value)")
+        return {}
+
+    def _object(self, node: dict[str, Any], resolver: Any, pointer: str,
+                refs: set[str]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if not isinstance(key, str):
+                key = str(key)
+            if key in _DROPPED or key.startswith("x-"):
+                continue
+            where = f"{pointer}/{_escape(key)}"
+            if key in _SCHEMA_MAPS and isinstance(value, dict):
+                out[key] = {str(k): self.schema(v, resolver, f"{where}/{_escape(str(k))}", refs)
+                            for k, v in value.items()}
+            elif key in _SCHEMA_LISTS and isinstance(value, list):
+                out[key] = [self.schema(v, resolver, f"{where}/{i}", refs)
+                            for i, v in enumerate(value)]
+            elif key in _SCHEMA_ONE and isinstance(value, dict | bool):
+                out[key] = self.schema(value, resolver, where, refs)
+            elif key == "items" and isinstance(value, list):  # draft 4 tuple form
+                out["prefixItems"] = [self.schema(v, resolver, f"{where}/{i}", refs)
+                                      for i, v in enumerate(value)]
+            else:
+                out[key] = value
+        if self.oas30:
+            out = _from_oas30(out)
+        return out
+
+    def _reference(self, node: dict[str, Any], ref: str, resolver: Any, pointer: str,
+                   refs: set[str]) -> Any:
+        target = self._definition(ref, resolver, pointer)
+        siblings = {k: v for k, v in node.items() if k != "$ref"}
+        if self.oas30 or not siblings:  # 3.0 ignores what stands beside a $ref
+            if not target.building and not target.refs and target.size <= _INLINE_BYTES:
+                return target.schema
+            refs.add(target.name)
+            return {"$ref": f"#/$defs/{target.name}"}
+        refs.add(target.name)
+        return {**self._object(siblings, resolver, pointer, refs),
+                "$ref": f"#/$defs/{target.name}"}
+
+    def _definition(self, ref: str, resolver: Any, pointer: str) -> _Def:
+        try:
+            resolved = resolver.lookup(ref)
+        except referencing.exceptions.Unresolvable as exc:
+            cause = exc.__cause__ or exc.__context__
+            why = f": {cause}" if cause is not None and str(cause) else ""
+            raise SchemaProblem(pointer, f"$ref {ref!r} does not resolve{why}") from None
+        key = id(resolved.contents)
+        known = self._by_target.get(key)
+        if known is not None:
+            if known.problem is not None:
+                raise known.problem
+            return known
+        definition = _Def(name=self._new_name(ref), pointer=ref)
+        self._by_target[key] = definition
+        self._by_name[definition.name] = definition
+        try:
+            schema = self.schema(resolved.contents, resolved.resolver, ref, definition.refs)
+        except SchemaProblem as problem:
+            definition.problem = problem
+            raise
+        finally:
+            definition.building = False
+        definition.schema = self.repair(schema, ref)
+        definition.size = size_of(definition.schema)
+        return definition
+
+    def _new_name(self, ref: str) -> str:
+        tail = ref.rsplit("#", 1)[-1].rstrip("/").rsplit("/", 1)[-1] or ref.rsplit("/", 1)[-1]
+        tail = tail.replace("~1", "/").replace("~0", "~")
+        base = identifier(tail.rsplit(".", 1)[0] if tail.endswith((".yml", ".yaml", ".json"))
+                          else tail, "schema")
+        name, n = base, 2
+        while name in self._by_name:
+            name, n = f"{base}_{n}", n + 1
+        return name
+
+    # --- repairing --------------------------------------------------------------------
+    def repair(self, schema: Any, pointer: str) -> Any:
+        """``schema`` made valid against the JSON Schema meta-schema, each repair noted."""
+        for _ in range(5):
+            errors = list(_META.iter_errors(schema))
+            if not errors:
+                return schema
+            if not isinstance(schema, dict | bool):
+                return {}
+            for error in errors:
+                schema = self._fix(schema, list(error.absolute_path), error, pointer)
+        return schema
+
+    def _fix(self, schema: Any, path: list[Any], error: Any, pointer: str) -> Any:
+        where = pointer + "".join(f"/{_escape(str(p))}" for p in path)
+        parent: Any = schema
+        for part in path[:-1]:
+            try:
+                parent = parent[part]
+            except (KeyError, IndexError, TypeError):
+                return schema
+        last = path[-1] if path else None
+        if last is None:
+            self.note(where, f"{error.message}; the schema is treated as {{}} (any value)")
+            return {}
+        if (last == "required" and isinstance(parent, dict)
+                and isinstance(parent.get("required"), list) and error.validator == "uniqueItems"):
+            parent["required"] = list(dict.fromkeys(parent["required"]))
+            self.note(where, "duplicate 'required' entries removed")
+            return schema
+        if isinstance(last, int):  # an item of a list keyword: the keyword goes
+            if len(path) < 2:
+                return schema
+            where = where.rsplit("/", 1)[0]
+            last = path[-2]
+            parent = schema
+            for part in path[:-2]:
+                parent = parent[part]
+        if isinstance(parent, dict) and last in parent:
+            del parent[last]
+            self.note(where, f"{error.message}; keyword {last!r} left out")
+        return schema
+
+    # --- assembling ---------------------------------------------------------------------
+    def definition_schema(self, schema: Any) -> Any:
+        """The schema a local ``{"$ref": "#/$defs/<name>"}`` stands for (else ``schema``)."""
+        if isinstance(schema, dict) and isinstance(schema.get("$ref"), str) \
+                and schema["$ref"].startswith("#/$defs/"):
+            found = self._by_name.get(schema["$ref"][len("#/$defs/"):])
+            if found is not None:
+                return found.schema
+        return schema
+
+    def closure(self, refs: set[str]) -> dict[str, _Def]:
+        """The definitions ``refs`` reach, each once."""
+        found: dict[str, _Def] = {}
+        todo = list(refs)
+        while todo:
+            name = todo.pop()
+            if name in found:
+                continue
+            definition = self._by_name[name]
+            found[name] = definition
+            todo.extend(definition.refs - found.keys())
+        return found
+
+    def assemble(self, schema: Any, refs: set[str], pointer: str,
+                 limit: int = MAX_SCHEMA_BYTES) -> Any:
+        """``schema`` with the ``$defs`` it needs, within ``limit`` bytes (see :func:`fit`)."""
+        if not refs or not isinstance(schema, dict):
+            return schema
+        defs = self.closure(refs)
+        if size_of(schema) + sum(d.size + len(n) + 4 for n, d in defs.items()) + 12 <= limit:
+            return {**schema, "$defs": {name: d.schema for name, d in sorted(defs.items())}}
+        return self._fit(schema, refs, defs, pointer, limit)
+
+    def _fit(self, schema: dict[str, Any], refs: set[str], defs: dict[str, _Def],
+             pointer: str, limit: int) -> dict[str, Any]:
+        for definition in defs.values():
+            if definition.lean is None:
+                definition.lean = _lean(definition.schema)
+                definition.lean_size = size_of(definition.lean)
+        lean = {name: d.lean for name, d in defs.items()}
+        base = size_of(schema) + 12
+        # sizes are added up per definition (each entry costs its text plus its name)
+        if base + sum(d.lean_size + len(n) + 4 for n, d in defs.items()) <= limit:
+            self.note(pointer, f"schema over {limit // 1024} KiB: descriptions and examples "
+                      "of shared definitions left out")
+            return {**schema, "$defs": dict(sorted(lean.items()))}
+        depth = _depths(refs, defs)
+        stubs = {n: _open(lean[n], n) for n in lean}
+        stub_size = {n: size_of(stubs[n]) + len(n) + 4 for n in stubs}
+        keep = max(depth.values())
+        while keep > 0:
+            total = base + sum((defs[n].lean_size + len(n) + 4) if depth[n] <= keep
+                               else stub_size[n] for n in defs)
+            if total <= limit:
+                break
+            keep -= 1
+        kept = {n: (lean[n] if depth[n] <= keep else stubs[n]) for n in sorted(lean)}
+        self.note(pointer, f"schema over {limit // 1024} KiB: shared definitions more than "
+                  f"{keep} reference(s) deep are not described (any value of their type is "
+                  "accepted there)")
+        return {**schema, "$defs": kept}
+
+
+def _lean(schema: Any) -> Any:
+    """``schema`` without descriptions, titles and examples (its constraints intact)."""
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _TEXT_KEYS or key == "$comment":
+            continue
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: _lean(sub) for name, sub in value.items()}
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            out[key] = [_lean(sub) for sub in value]
+        elif key in _SCHEMA_ONE:
+            out[key] = _lean(value)
+        else:
+            out[key] = value
+    return out
+
+
+def _open(schema: Any, name: str) -> dict[str, Any]:
+    """A definition cut by the size budget: its type (so values are still checked
+    roughly), the fact that it was cut, and nothing it would take to say more."""
+    out: dict[str, Any] = {"description": f"{name}: shape not listed (schema too large)"}
+    if isinstance(schema, dict) and isinstance(schema.get("type"), str | list):
+        out["type"] = schema["type"]
+    return out
+
+
+def _depths(refs: set[str], defs: dict[str, _Def]) -> dict[str, int]:
+    """How many references deep each definition is first reached (1: used directly)."""
+    depth: dict[str, int] = {}
+    frontier, level = set(refs), 1
+    while frontier:
+        for name in frontier:
+            depth.setdefault(name, level)
+        frontier = {r for name in frontier for r in defs[name].refs if r not in depth}
+        level += 1
+    for name in defs:
+        depth.setdefault(name, level)
+    return depth
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _from_oas30(node: dict[str, Any]) -> dict[str, Any]:
+    """OpenAPI 3.0 schema keywords that mean something else in JSON Schema."""
+    for bound, limit in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if isinstance(node.get(bound), bool) and node.pop(bound) and limit in node:
+            node[bound] = node.pop(limit)
+    if node.get("type") == "file":  # Swagger 2's file, kept by converted documents
+        node["type"], node["format"] = "string", "binary"
+    nullable = node.pop("nullable", None)
+    if nullable is True:
+        kind = node.get("type")
+        if isinstance(kind, str):
+            node["type"] = [kind, "null"]
+            if isinstance(node.get("enum"), list) and None not in node["enum"]:
+                node["enum"] = [*node["enum"], None]
+        elif isinstance(kind, list):
+            if "null" not in kind:
+                node["type"] = [*kind, "null"]
+        else:
+            return {"anyOf": [node, {"type": "null"}]}
+    return node
