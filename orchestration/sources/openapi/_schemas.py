@@ -81,7 +81,7 @@ class SchemaBuilder:
     """Converts the schemas of one document; definitions are shared by its operations."""
 
     def __init__(self, *, oas30: bool, note: Callable[[str, str], None]) -> None:
-        self.oas30 = oas30
+        self.oas30 = oas30  # 3.0: what stands beside a $ref is ignored
         self.note = note  # note(pointer, message)
         self._by_target: dict[int, _Def] = {}
         self._by_name: dict[str, _Def] = {}
@@ -123,9 +123,7 @@ class SchemaBuilder:
                                       for i, v in enumerate(value)]
             else:
                 out[key] = value
-        if self.oas30:
-            out = _from_oas30(out)
-        return out
+        return _dialect(out, oas30=self.oas30)
 
     def _reference(self, node: dict[str, Any], ref: str, resolver: Any, pointer: str,
                    refs: set[str]) -> Any:
@@ -164,6 +162,7 @@ class SchemaBuilder:
         finally:
             definition.building = False
         definition.schema = self.repair(schema, ref)
+        definition.refs = local_refs(definition.schema)  # a repair may have dropped some
         definition.size = size_of(definition.schema)
         return definition
 
@@ -243,44 +242,116 @@ class SchemaBuilder:
             todo.extend(definition.refs - found.keys())
         return found
 
-    def assemble(self, schema: Any, refs: set[str], pointer: str,
-                 limit: int = MAX_SCHEMA_BYTES) -> Any:
-        """``schema`` with the ``$defs`` it needs, within ``limit`` bytes (see :func:`fit`)."""
-        if not refs or not isinstance(schema, dict):
+    def assemble(self, schema: Any, pointer: str, limit: int = MAX_SCHEMA_BYTES) -> Any:
+        """``schema`` with the ``$defs`` it uses, within ``limit`` bytes of JSON.
+
+        Over the limit, in this order until it fits: descriptions and examples of the
+        shared definitions go; definitions more references deep than needed become open
+        schemas of their type; the schema's own nesting is cut the same way. Each step is
+        a note; the result is always a whole, valid schema.
+        """
+        if not isinstance(schema, dict):
             return schema
+        refs = local_refs(schema)
         defs = self.closure(refs)
         if size_of(schema) + sum(d.size + len(n) + 4 for n, d in defs.items()) + 12 <= limit:
-            return {**schema, "$defs": {name: d.schema for name, d in sorted(defs.items())}}
-        return self._fit(schema, refs, defs, pointer, limit)
-
-    def _fit(self, schema: dict[str, Any], refs: set[str], defs: dict[str, _Def],
-             pointer: str, limit: int) -> dict[str, Any]:
+            return _with_defs(schema, {n: d.schema for n, d in defs.items()})
         for definition in defs.values():
             if definition.lean is None:
                 definition.lean = _lean(definition.schema)
                 definition.lean_size = size_of(definition.lean)
         lean = {name: d.lean for name, d in defs.items()}
         base = size_of(schema) + 12
-        # sizes are added up per definition (each entry costs its text plus its name)
         if base + sum(d.lean_size + len(n) + 4 for n, d in defs.items()) <= limit:
             self.note(pointer, f"schema over {limit // 1024} KiB: descriptions and examples "
                       "of shared definitions left out")
-            return {**schema, "$defs": dict(sorted(lean.items()))}
+            return _with_defs(schema, lean)
         depth = _depths(refs, defs)
         stubs = {n: _open(lean[n], n) for n in lean}
-        stub_size = {n: size_of(stubs[n]) + len(n) + 4 for n in stubs}
-        keep = max(depth.values())
-        while keep > 0:
-            total = base + sum((defs[n].lean_size + len(n) + 4) if depth[n] <= keep
-                               else stub_size[n] for n in defs)
-            if total <= limit:
+        for keep in range(max(depth.values(), default=0) - 1, 0, -1):
+            kept = {n: (lean[n] if depth[n] <= keep else stubs[n]) for n in lean}
+            out = _with_defs(schema, _used(schema, kept))
+            if size_of(out) <= limit:
+                self.note(pointer, f"schema over {limit // 1024} KiB: shared definitions more "
+                          f"than {keep} reference(s) deep are not described (any value of "
+                          "their type is accepted there)")
+                return out
+        # even the definitions used directly do not fit: the schema's own nesting is cut
+        own = {n: stubs[n] for n in refs if n in stubs}
+        frame = _lean_below_top(schema)
+        for keep in range(8, 0, -1):
+            out = _with_defs(_cut(frame, keep), own)
+            if size_of(out) <= limit:
                 break
-            keep -= 1
-        kept = {n: (lean[n] if depth[n] <= keep else stubs[n]) for n in sorted(lean)}
-        self.note(pointer, f"schema over {limit // 1024} KiB: shared definitions more than "
-                  f"{keep} reference(s) deep are not described (any value of their type is "
-                  "accepted there)")
-        return {**schema, "$defs": kept}
+        self.note(pointer, f"schema over {limit // 1024} KiB: shared definitions are not "
+                  f"described and nesting deeper than {keep} level(s) is cut (any value of "
+                  "its type is accepted there)")
+        return out
+
+
+def local_refs(node: Any) -> set[str]:
+    """The ``#/$defs/<name>`` names ``node`` refers to (not looking into its own ``$defs``)."""
+    found: set[str] = set()
+    todo = [node]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            ref = item.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                found.add(ref[len("#/$defs/"):])
+            todo.extend(v for k, v in item.items() if k != "$defs")
+        elif isinstance(item, list):
+            todo.extend(item)
+    return found
+
+
+def _with_defs(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    return {**schema, "$defs": dict(sorted(defs.items()))} if defs else schema
+
+
+def _used(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """Only the definitions reachable from ``schema`` through ``defs``."""
+    seen: dict[str, Any] = {}
+    todo = list(local_refs(schema))
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in defs:
+            continue
+        seen[name] = defs[name]
+        todo.extend(local_refs(defs[name]))
+    return seen
+
+
+def _lean_below_top(schema: dict[str, Any]) -> dict[str, Any]:
+    """The capability's own parameters keep their descriptions; what is inside them not."""
+    props = schema.get("properties")
+    if not isinstance(props, dict):
+        return _lean(schema)
+    inner = {}
+    for name, sub in props.items():
+        text = sub.get("description") if isinstance(sub, dict) else None
+        lean = _lean(sub)
+        inner[name] = {**lean, "description": text} if text and isinstance(lean, dict) else lean
+    return {**schema, "properties": inner}
+
+
+def _cut(schema: Any, depth: int) -> Any:
+    """``schema`` with every subschema nested deeper than ``depth`` made open."""
+    if not isinstance(schema, dict):
+        return schema
+    if depth <= 0:
+        return _open(schema, "value")
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _SCHEMA_MAPS and isinstance(value, dict) and key != "$defs":
+            out[key] = {n: _cut(sub, depth - 1) for n, sub in value.items()}
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            out[key] = [_cut(sub, depth - 1) for sub in value]
+        elif key in _SCHEMA_ONE:
+            out[key] = _cut(value, depth - 1)
+        else:
+            out[key] = value
+    return out
 
 
 def _lean(schema: Any) -> Any:
@@ -329,15 +400,19 @@ def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def _from_oas30(node: dict[str, Any]) -> dict[str, Any]:
-    """OpenAPI 3.0 schema keywords that mean something else in JSON Schema."""
+def _dialect(node: dict[str, Any], *, oas30: bool) -> dict[str, Any]:
+    """OpenAPI 3.0 schema keywords that mean something else in JSON Schema.
+
+    3.1 documents are read the same way where the 3.0 form has only one meaning (a
+    boolean ``exclusiveMinimum``, ``nullable: true``): real 3.1 documents still use them.
+    """
     for bound, limit in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
         if isinstance(node.get(bound), bool) and node.pop(bound) and limit in node:
             node[bound] = node.pop(limit)
     if node.get("type") == "file":  # Swagger 2's file, kept by converted documents
         node["type"], node["format"] = "string", "binary"
     nullable = node.pop("nullable", None)
-    if nullable is True:
+    if nullable is True and (oas30 or "type" in node):
         kind = node.get("type")
         if isinstance(kind, str):
             node["type"] = [kind, "null"]

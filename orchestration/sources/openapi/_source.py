@@ -292,7 +292,7 @@ class OpenAPISource:
         # the pieces were repaired one by one: what is left to check is the frame
         frame = builder.repair({**input_schema, "properties": dict.fromkeys(properties, True)},
                                pointer)
-        input_schema = builder.assemble({**frame, "properties": properties}, refs, pointer)
+        input_schema = builder.assemble({**frame, "properties": properties}, pointer)
         summary, description = op.get("summary"), op.get("description")
         x_idempotent, key_header = op.get("x-idempotent"), op.get("x-idempotency-key-header")
         fields: dict[str, Any] = {
@@ -420,7 +420,7 @@ class OpenAPISource:
                 refs: set[str] = set()
                 schema = builder.schema(content[media]["schema"], inner,
                                         f"{where}/content/{media}/schema", refs)
-                schema = builder.assemble(builder.repair(schema, where), refs, where)
+                schema = builder.assemble(builder.repair(schema, where), where)
             except (_Skip, SchemaProblem) as problem:
                 self._note_or_raise(problem.pointer, f"output schema not used: {problem.message}")
                 return None
