@@ -34,9 +34,10 @@ from typing import Any
 import referencing.exceptions
 
 from orchestration._schema import _static_meta_202012
+from orchestration.errors import CatalogError
 from orchestration.sources.openapi._names import identifier
 
-__all__ = ["MAX_SCHEMA_BYTES", "SchemaBuilder", "SchemaProblem", "size_of"]
+__all__ = ["MAX_SCHEMA_BYTES", "SchemaBuilder", "SchemaProblem", "local_refs", "size_of"]
 
 MAX_SCHEMA_BYTES = 32 * 1024
 """Largest input or output schema a capability carries (JSON text, ``$defs`` included)."""
@@ -142,8 +143,7 @@ class SchemaBuilder:
         try:
             resolved = resolver.lookup(ref)
         except referencing.exceptions.Unresolvable as exc:
-            cause = exc.__cause__ or exc.__context__
-            why = f": {cause}" if cause is not None and str(cause) else ""
+            why = _cause(exc)
             raise SchemaProblem(pointer, f"$ref {ref!r} does not resolve{why}") from None
         key = id(resolved.contents)
         known = self._by_target.get(key)
@@ -394,6 +394,21 @@ def _depths(refs: set[str], defs: dict[str, _Def]) -> dict[str, int]:
     for name in defs:
         depth.setdefault(name, level)
     return depth
+
+
+def _cause(exc: BaseException) -> str:
+    """The innermost reason a reference did not resolve (``: <reason>``, or nothing):
+    :mod:`referencing` wraps the retrieval error, which says what actually went wrong."""
+    reason: BaseException | None = exc.__cause__ or exc.__context__
+    while reason is not None and not isinstance(reason, CatalogError) \
+            and (reason.__cause__ or reason.__context__) is not None:
+        reason = reason.__cause__ or reason.__context__
+    if reason is None or not str(reason):
+        return ""
+    text = str(reason)
+    if isinstance(reason, OSError) and reason.strerror:
+        text = f"{reason.strerror}: {reason.filename}" if reason.filename else reason.strerror
+    return f": {text}"
 
 
 def _escape(key: str) -> str:

@@ -42,7 +42,7 @@ from orchestration.sources.openapi._requests import (
     Param,
     RequestError,
 )
-from orchestration.sources.openapi._schemas import SchemaBuilder, SchemaProblem
+from orchestration.sources.openapi._schemas import SchemaBuilder, SchemaProblem, _cause
 from orchestration.sources.openapi._security import Credentials, Scheme, read_schemes
 
 __all__ = ["METHODS", "OpenAPIInvoker", "OpenAPISource", "classify_answer"]
@@ -362,7 +362,11 @@ class OpenAPISource:
     @staticmethod
     def _file_fields(schema: Any, body: Body, builder: SchemaBuilder) -> Any:
         """A multipart schema whose file properties take a file value (path, bytes or
-        ``{filename, content_type, content}``); the file fields are recorded on ``body``."""
+        ``{filename, content_type, content}``); the file fields are recorded on ``body``.
+
+        A file property is ``format: binary``/``byte``, ``contentMediaType``, a binary
+        ``encoding.contentType``, or a property without a type (whose default part
+        type OpenAPI 3.1 makes ``application/octet-stream``)."""
         members = [schema]
         if isinstance(schema, dict):
             members += [m for m in schema.get("allOf", []) if isinstance(m, dict)]
@@ -379,7 +383,9 @@ class OpenAPISource:
         for name, prop in props.items():
             resolved = builder.definition_schema(prop)
             content_type = str(body.encoding.get(name, {}).get("contentType") or "")
-            if _is_file(resolved) or (content_type and not content_type.startswith(
+            untyped = resolved == {} or (isinstance(resolved, dict) and not (
+                {"type", "$ref", "allOf", "anyOf", "oneOf", "enum", "const"} & set(resolved)))
+            if _is_file(resolved) or untyped or (content_type and not content_type.startswith(
                     ("text/", "application/json"))):
                 body.file_fields.add(name)
                 out_props[name] = {**FILE_INPUT_SCHEMA, "description": "a file: " + str(
@@ -603,8 +609,7 @@ def _follow(node: Any, resolver: Any, pointer: str) -> tuple[Any, Any]:
         try:
             resolved = resolver.lookup(ref)
         except referencing.exceptions.Unresolvable as exc:
-            cause = exc.__cause__ or exc.__context__
-            why = f": {cause}" if cause is not None and str(cause) else ""
+            why = _cause(exc)
             raise _Skip(pointer, f"$ref {ref!r} does not resolve{why}") from None
         node, resolver, pointer = resolved.contents, resolved.resolver, ref
     raise _Skip(pointer, f"more than {_MAX_REF_HOPS} $refs in a row (a cycle?)")
