@@ -72,6 +72,7 @@ class _Def:
     size: int = 0
     lean: Any = None  # the schema without descriptions and examples, made when needed
     lean_size: int = 0
+    stub: Any = None  # what stands for it when even the lean form does not fit
 
 
 def size_of(schema: Any) -> int:
@@ -267,7 +268,10 @@ class SchemaBuilder:
                       "of shared definitions left out")
             return _with_defs(schema, lean)
         depth = _depths(refs, defs)
-        stubs = {n: _open(lean[n], n) for n in lean}
+        for name, definition in defs.items():
+            if definition.stub is None:
+                definition.stub = _open(definition.lean, name)
+        stubs = {n: d.stub for n, d in defs.items()}
         for keep in range(max(depth.values(), default=0) - 1, 0, -1):
             kept = {n: (lean[n] if depth[n] <= keep else stubs[n]) for n in lean}
             out = _with_defs(schema, _used(schema, kept))

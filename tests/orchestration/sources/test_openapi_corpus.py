@@ -87,11 +87,12 @@ def test_a_real_document_loads(doc: CorpusDocument, tmp_path_factory: pytest.Tem
             defs = cap.input_schema.get("$defs", {})
             assert set(defs) == _reachable(cap.input_schema), cap.key  # only what it uses
             assert re.fullmatch(r"[a-z0-9_]+", cap.tool)
-        # a shared definition is one object, whichever capabilities use it
+        # a shared definition is held once, whichever capabilities use it: as itself, or
+        # in the lean or open form a capability over the size budget carries
         by_name: dict[str, set[int]] = {}
         for cap in catalog:
             for name, schema in cap.input_schema.get("$defs", {}).items():
                 by_name.setdefault(name, set()).add(id(schema))
-        assert sum(len(ids) == 1 for ids in by_name.values()) >= 0.8 * len(by_name)
+        assert all(len(ids) <= 3 for ids in by_name.values())
     finally:
         catalog.close()
