@@ -349,6 +349,7 @@ class Catalog:
         connect_timeout_s: float = 30.0,
         refresh_s: float | None = None,
         overrides: Mapping[str, Mapping[str, Any]] | None = None,
+        error_pattern: str | None = None,
     ) -> list[Capability]:
         """Add every tool of an MCP server as a capability ``name.<tool>`` (extra ``mcp``).
 
@@ -357,14 +358,16 @@ class Catalog:
         its tools; the session stays open, is shared by every run and closes with
         :meth:`aclose`/:meth:`close`. ``tools`` keeps only the named tools; ``overrides``
         maps a tool name to Capability fields (``idempotent``, ``timeout_s``, ``layers``,
-        ...); ``refresh_s`` lists the tools again that often.
+        ...); ``refresh_s`` lists the tools again that often. ``error_pattern`` (a regular
+        expression, e.g. ``^Error:``) marks the text results of a server that reports
+        failures as ordinary text: they are read as ``isError`` results.
         """
         from orchestration.sources.mcp import MCPServerSource
 
         source = MCPServerSource(
             name, command=command, env=env, cwd=cwd, url=url, headers=headers, tools=tools,
             timeout_s=timeout_s, connect_timeout_s=connect_timeout_s, refresh_s=refresh_s,
-            overrides=overrides, runtime=self._source_runtime(),
+            overrides=overrides, runtime=self._source_runtime(), error_pattern=error_pattern,
         )
         return self._adopt(source, source.load_sync())
 
@@ -665,7 +668,7 @@ class Catalog:
 
 
 _MCP_KEYS = frozenset({"name", "command", "env", "cwd", "url", "headers", "tools", "timeout_s",
-                       "connect_timeout_s", "refresh_s", "overrides"})
+                       "connect_timeout_s", "refresh_s", "overrides", "error_pattern"})
 _OPENAPI_KEYS = frozenset({"spec", "name", "base_url", "operations", "headers", "timeout_s",
                            "overrides", "strict", "validate", "credentials",
                            "allow_remote_refs", "upload_dirs"})
