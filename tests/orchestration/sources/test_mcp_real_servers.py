@@ -134,7 +134,7 @@ def test_text_results_that_are_errors_follow_the_servers_error_pattern() -> None
     finally:
         plain.close()
         strict.close()
-    with pytest.raises(CatalogError, match="error_pattern.*not a regular expression"):
+    with pytest.raises(CatalogError, match=r"error_pattern.*not a regular expression"):
         Catalog().add_mcp_server("db", command=STDIO_COMMAND, error_pattern="(")
 
 
