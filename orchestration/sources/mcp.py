@@ -77,6 +77,7 @@ try:
     from mcp.client.stdio import stdio_client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared.exceptions import MCPError
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 except ImportError as _missing:  # pragma: no cover - depends on the installed extras
     raise CatalogError(
         "MCP servers need the 'mcp' extra: pip install 'dagwright[mcp]' "
@@ -367,6 +368,7 @@ class MCPServerSource:
         self._open_lock: asyncio.Lock | None = None
         self._lock_loop: asyncio.AbstractEventLoop | None = None
         self._auth_status: int | None = None
+        self._mode: Any = "auto"  # how the SDK negotiates; "legacy" once a server shows it is
 
     def describe(self) -> str:
         if self.command is not None:
@@ -582,8 +584,13 @@ class MCPServerSource:
                                       event_hooks={"response": [remember_status]})
             await stack.enter_async_context(http)
             transport = streamable_http_client(self.url, http_client=http)
-        client = Client(transport, cache=None)
-        return await stack.enter_async_context(client)
+        client = Client(transport, cache=None, mode=self._mode)
+        entered = await stack.enter_async_context(client)
+        if self._mode == "auto" and entered.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
+            # a handshake-era server (1.x SDK): the next session skips the server/discover
+            # probe, which such a server rejects with a page of validation warnings
+            self._mode = "legacy"
+        return entered
 
     def _forget_session(self) -> None:
         """Drop a dead session so the next call opens a new one (its owner is told to stop)."""

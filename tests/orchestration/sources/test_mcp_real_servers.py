@@ -149,3 +149,41 @@ def test_a_server_that_dies_at_start_says_its_exit_code_and_stderr() -> None:
     assert "_Unavailable" not in text and "Connection closed" not in text
     with pytest.raises(CatalogError, match=r"cannot start '/nonexistent/mcp-server': No such file"):
         Catalog().add_mcp_server("ghost", command=["/nonexistent/mcp-server"], connect_timeout_s=20)
+
+
+LEGACY_SQLITE = Path(__file__).resolve().parents[3] / ".venv-mcp1" / "bin" / "mcp-server-sqlite"
+
+
+@pytest.mark.skipif(not LEGACY_SQLITE.exists(),
+                    reason="mcp-server-sqlite on the 1.x SDK is not installed (.ci/run makes "
+                    ".venv-mcp1 with it)")
+def test_a_1x_sdk_server_connects_quietly_and_its_text_errors_are_errors(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    catalog = Catalog()
+    catalog.add_mcp_server("sqlite", command=[str(LEGACY_SQLITE), "--db-path", str(tmp_path / "t.db")],
+                           error_pattern=r"^Error:")
+    try:
+        plan = {"steps": [
+            {"id": "make", "tool": "sqlite", "capability": "create_table",
+             "params": {"query": "CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT)"}},
+            {"id": "put", "tool": "sqlite", "capability": "write_query", "depends_on": ["make"],
+             "params": {"query": "INSERT INTO notes (text) VALUES ('hello')"}},
+            {"id": "read", "tool": "sqlite", "capability": "read_query", "depends_on": ["put"],
+             "params": {"query": "DELETE FROM notes"}}]}
+
+        def script(request: LLMRequest) -> Any:
+            if request.purpose == "plan":
+                return plan
+            if request.purpose == "validation_feedback":
+                assert "Only SELECT queries are allowed" in str(block(request.prompt_text, "tool error"))
+                return {"can_fix": True, "analysis": "read_query reads",
+                        "corrected_parameters": {"query": "SELECT text FROM notes"}}
+            raise AssertionError(request.purpose)
+
+        result = orchestrator(catalog, script).run("read the notes")
+        assert result.status == "succeeded", result.error
+        assert "hello" in str(result.steps["read"].output)
+        assert result.steps["read"].attempts[0].error.code == "MCP_TOOL_ERROR"  # type: ignore[union-attr]
+    finally:
+        catalog.close()
+    assert "validation error" not in capfd.readouterr().err  # the 1.x server's probe warnings
