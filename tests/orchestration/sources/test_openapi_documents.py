@@ -202,3 +202,26 @@ def test_a_title_makes_a_clean_tool_name(tmp_path: Path) -> None:
     assert [c.tool for c in Catalog.from_openapi(write(tmp_path, spec), base_url=BASE)] == ["twilio_api"]
     spec["info"]["title"] = "  "
     assert [c.tool for c in Catalog.from_openapi(write(tmp_path, spec), base_url=BASE)] == ["api"]
+
+
+def test_dagwright_tools_skipped_lists_what_was_left_out(tmp_path: Path) -> None:
+    import io
+
+    from orchestration.cli import main
+
+    spec = doc({"/a": {"get": {"operationId": "good", "responses": OK},
+                       "post": {"operationId": "xmlOnly", "requestBody": {"content": {
+                           "application/xml": {"schema": {"type": "object"}}}}, "responses": OK}}})
+    write(tmp_path, spec)
+    (tmp_path / "catalog.yaml").write_text(yaml.safe_dump(
+        {"openapi": [{"spec": "spec.yaml", "base_url": BASE, "credentials": {}}]}))
+    out = io.StringIO()
+    assert main(["tools", "--catalog", str(tmp_path / "catalog.yaml"), "--skipped"], out=out) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[0].endswith("xmlOnly (POST /a) (skipped) at #/paths/~1a/post/requestBody/content: "
+                             "the request body is only offered as application/xml, which is not "
+                             "supported (JSON, form, multipart, text or a file)")
+    assert lines[-1] == "1 left out, 0 note(s), 1 capabilities"
+    listing = io.StringIO()
+    assert main(["tools", "--catalog", str(tmp_path / "catalog.yaml")], out=listing) == 0
+    assert "(1 operation(s) left out: dagwright tools --skipped)" in listing.getvalue()

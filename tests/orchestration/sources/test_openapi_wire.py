@@ -148,3 +148,31 @@ def test_api_keys_in_header_query_or_cookie(tmp_path: Path, server: RecordingSer
         assert sent.headers[name] == value
     assert ("limit", "3") in sent.query
     catalog.close()
+
+
+def test_credentials_from_the_environment_and_a_401_that_says_what_to_give(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = real("digitalocean.com", tmp_path)
+    with RecordingServer() as ok:
+        monkeypatch.setenv("ORCH_OPENAPI_CREDENTIALS",
+                           json.dumps({"digitalocean_api": {"bearer_auth": "dop_v1_from_env"}}))
+        catalog = Catalog.from_openapi(spec, base_url=ok.url)
+        assert "dop_v1_from_env" not in repr(catalog.get("digitalocean_api", "droplets_list").invoker.source.credentials)  # type: ignore[union-attr]
+        run(catalog, [{"id": "l", "tool": "digitalocean_api", "capability": "droplets_list",
+                       "params": {}}])
+        assert ok.requests[0].headers["authorization"] == "Bearer dop_v1_from_env"
+        catalog.close()
+    monkeypatch.delenv("ORCH_OPENAPI_CREDENTIALS")
+    with RecordingServer(answer={"id": "unauthorized", "message": "Unable to authenticate you"},
+                         status=401) as refusing:
+        catalog = Catalog.from_openapi(spec, base_url=refusing.url)
+        result = orchestrator(catalog, [{"steps": [
+            {"id": "l", "tool": "digitalocean_api", "capability": "droplets_list", "params": {}}]}]
+        ).run("list")
+        error = result.steps["l"].error
+        assert error is not None and error.category.value == "AUTH_ERROR"
+        assert "security scheme(s) bearer_auth" in error.message
+        assert "authorization" not in refusing.requests[0].headers
+        catalog.close()
+    with pytest.raises(Exception, match=r"unknown security scheme\(s\) bearer \(the document has: bearer_auth\)"):
+        Catalog.from_openapi(spec, base_url="http://127.0.0.1:9", credentials={"bearer": "x"})
