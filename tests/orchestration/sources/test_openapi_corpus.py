@@ -96,3 +96,26 @@ def test_a_real_document_loads(doc: CorpusDocument, tmp_path_factory: pytest.Tem
         assert all(len(ids) <= 3 for ids in by_name.values())
     finally:
         catalog.close()
+
+
+def test_the_planner_sees_big_schemas_summarised_not_cut(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Layer 1's signature of every capability of a big real document: nesting is cut at
+    a depth, never the text in the middle of a name."""
+    from planners.signatures import SignatureRenderer
+
+    [doc] = [d for d in kept_documents() if d.name == "digitalocean.com"]
+    catalog = Catalog.from_openapi(materialize(doc, tmp_path_factory.getbasetemp()),
+                                   base_url="http://127.0.0.1:9")
+    renderer = SignatureRenderer()
+    try:
+        outputs = [line for cap in catalog for line in renderer.capability(cap).splitlines()
+                   if line.startswith("output: ")]
+        assert len(outputs) > 200
+        for line in outputs:
+            text = line.removeprefix("output: ")
+            assert len(text) <= renderer.max_inline
+            assert text.endswith(("}", "]", "string", "integer", "number", "boolean", "any",
+                                  "null", "object")), text[-80:]
+        assert any("{…}" in line for line in outputs)  # deep levels summarised
+    finally:
+        catalog.close()
