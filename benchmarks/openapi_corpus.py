@@ -71,7 +71,7 @@ def rows(paths: Sequence[tuple[str, Path]], repeat: int) -> list[list[Any]]:
         runs = [measure(path) for _ in range(repeat)]
         best = min(runs, key=lambda r: r["seconds"])
         version = json.loads(path.read_text())["openapi"] if path.suffix == ".json" else (
-            re.search(r"openapi:\s*['\"]?([\d.]+)", path.read_text()[:2000]) or [None, "?"])[1]
+            re.search(r"[\"']?openapi[\"']?\s*:\s*['\"]?([\d.]+)", path.read_text()[:2000]) or [None, "?"])[1]
         operations = count_operations(path)
         out.append([name, version, operations, best["mapped"], best["skipped"], best["notes"],
                     f"{best['seconds']:.2f}", f"{best['largest'] / 1024:.1f}",
@@ -103,8 +103,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         table = rows(corpus(args.quick, Path(tmp)), 1 if args.quick else args.repeat)
     headers = ["document", "OpenAPI", "operations", "mapped", "skipped", "notes", "load s",
                "largest input schema KiB", "all input schemas KiB", "peak MiB", "file KiB"]
-    body = (f"Reproduce: `python -m benchmarks.openapi_corpus{' --quick' if args.quick else ''}`"
-            f" (best of {1 if args.quick else args.repeat} loads, each in a fresh process)\n\n"
+    flags = " --quick" if args.quick else (f" --repeat {args.repeat}" if args.repeat != 2 else "")
+    body = (f"Reproduce: `python -m benchmarks.openapi_corpus{flags}`"
+            f" (best of {1 if args.quick else args.repeat} load(s), each in a fresh process)\n\n"
             f"{facts_markdown(machine_facts())}\n\n{md_table(headers, table)}")
     print(body)
     if not args.no_report:
