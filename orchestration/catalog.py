@@ -595,6 +595,9 @@ class Catalog:
                         spec = str(options.pop("spec"))
                         if base_dir is not None and "://" not in spec:
                             spec = str(Path(base_dir) / spec)
+                        if base_dir is not None and isinstance(options.get("upload_dirs"), list):
+                            options["upload_dirs"] = [str(Path(base_dir) / str(d))
+                                                      for d in options["upload_dirs"]]
                         self.add_openapi(spec, **options)
                 except CatalogError as exc:
                     raise CatalogError(f"{where}: {exc}") from exc
