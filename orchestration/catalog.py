@@ -386,6 +386,7 @@ class Catalog:
         credentials: Mapping[str, Any] | None = None,
         allow_remote_refs: bool = False,
         upload_dirs: Sequence[str | os.PathLike[str]] = (),
+        token_urls: Sequence[str] = (),
     ) -> list[Capability]:
         """Add each operation of an OpenAPI 3.0/3.1 spec as a capability (extra ``openapi``).
 
@@ -395,7 +396,8 @@ class Catalog:
         An operation that cannot be mapped is left out and reported in :attr:`skipped`
         (``strict=True`` refuses the document instead). ``credentials`` maps the
         document's security schemes to secrets; ``allow_remote_refs`` lets ``$ref``s
-        fetch other origins; ``upload_dirs`` are where file parts may be read from.
+        fetch other origins; ``upload_dirs`` are where file parts may be read from;
+        ``token_urls`` are the OAuth2 token URLs a client secret may be sent to.
         See ``docs/tools.md``.
         """
         from orchestration.sources.openapi import OpenAPISource
@@ -405,6 +407,7 @@ class Catalog:
             timeout_s=timeout_s, overrides=overrides, runtime=self._source_runtime(),
             strict=strict, validate=validate, credentials=credentials,
             allow_remote_refs=allow_remote_refs, upload_dirs=[str(d) for d in upload_dirs],
+            token_urls=token_urls,
         )
         return self._adopt(source, source.load_sync())
 
@@ -674,7 +677,7 @@ _MCP_KEYS = frozenset({"name", "command", "env", "cwd", "url", "headers", "tools
                        "connect_timeout_s", "refresh_s", "overrides", "error_pattern"})
 _OPENAPI_KEYS = frozenset({"spec", "name", "base_url", "operations", "headers", "timeout_s",
                            "overrides", "strict", "validate", "credentials",
-                           "allow_remote_refs", "upload_dirs"})
+                           "allow_remote_refs", "upload_dirs", "token_urls"})
 
 
 def _expand_env_deep(value: Any) -> Any:

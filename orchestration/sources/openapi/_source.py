@@ -86,6 +86,7 @@ class OpenAPISource:
         credentials: Mapping[str, Any] | None = None,
         allow_remote_refs: bool = False,
         upload_dirs: Sequence[str | Path] = (),
+        token_urls: Sequence[str] = (),
     ) -> None:
         self.spec = str(spec)
         self.is_url = bool(re.match(r"^https?://", self.spec, re.IGNORECASE))
@@ -103,6 +104,7 @@ class OpenAPISource:
         self.allow_remote_refs = allow_remote_refs
         self.upload_dirs = [Path(d).expanduser().resolve() for d in upload_dirs]
         self._given_credentials = dict(credentials or {})
+        self.token_urls = list(token_urls)
         self.credentials: Credentials | None = None
         self.schemes: dict[str, Scheme] = {}
         self.default_security: list[list[str]] = []
@@ -137,8 +139,9 @@ class OpenAPISource:
                                       else {})
         self.schemes = read_schemes(self._deref_map(components.get("securitySchemes"), docs))
         self.default_security = _alternatives(data.get("security"))
-        self.credentials = Credentials(self.label, tool, self._given_credentials)
+        self.credentials = Credentials(self.label, tool, self._given_credentials, self.token_urls)
         self._check_credentials()
+        self.credentials.check(self.schemes)
         builder = SchemaBuilder(oas30=version.startswith("3.0"), note=self._note)
         caps: list[Capability] = []
         seen: dict[str, str] = {}
@@ -550,6 +553,15 @@ class OpenAPISource:
                         else self.default_security)
         headers = {**self.headers, **dict(extra_headers), **request.headers}
         if self.credentials is not None:
+            try:
+                await self.credentials.fetch_tokens(
+                    self.schemes, self.credentials.usable(self.schemes, alternatives),
+                    self._http(), timeout_s)
+            except (httpx.HTTPError, ValueError) as exc:
+                return CallResult(error=StepError(
+                    category=ErrorCategory.AUTH_ERROR, code="OAUTH_TOKEN",
+                    source=ErrorSource.TRANSPORT, request_sent=False,
+                    message=f"{self.label}: no OAuth2 token: {type(exc).__name__}: {exc}"))
             self.credentials.apply(self.schemes, alternatives, headers, request.query,
                                    request.cookies)
         if request.cookies:
@@ -574,6 +586,8 @@ class OpenAPISource:
             return _fault(ErrorCategory.CONNECTION_ERROR, "CONNECTION_DROPPED",
                           f"{url}: {type(exc).__name__}: {exc}", sent=True)
         result = classify_answer(response.status_code, response.content, dict(response.headers))
+        if response.status_code == 401 and self.credentials is not None:
+            self.credentials.forget_tokens()  # a revoked or expired token: fetch anew next time
         if response.status_code in (401, 403) and result.error is not None:
             hint = self._auth_hint(alternatives)
             if hint:

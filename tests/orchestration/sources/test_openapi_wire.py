@@ -176,3 +176,32 @@ def test_credentials_from_the_environment_and_a_401_that_says_what_to_give(
         catalog.close()
     with pytest.raises(Exception, match=r"unknown security scheme\(s\) bearer \(the document has: bearer_auth\)"):
         Catalog.from_openapi(spec, base_url="http://127.0.0.1:9", credentials={"bearer": "x"})
+
+
+def test_oauth2_client_credentials_only_to_an_allowed_token_url(tmp_path: Path) -> None:
+    with RecordingServer(answer={"access_token": "tok-1", "token_type": "bearer",
+                                 "expires_in": 3600}) as tokens, RecordingServer() as api:
+        token_url = f"{tokens.url}/oauth/token"
+        spec = tmp_path / "spec.json"
+        spec.write_text(json.dumps({
+            "openapi": "3.0.3", "info": {"title": "Ledger", "version": "1"},
+            "security": [{"machine": []}],
+            "components": {"securitySchemes": {"machine": {"type": "oauth2", "flows": {
+                "clientCredentials": {"tokenUrl": token_url, "scopes": {"ledger.read": "read"}}}}}},
+            "paths": {"/entries": {"get": {"operationId": "listEntries", "responses": {
+                "200": {"description": "ok"}}}}}}))
+        secret = {"machine": {"client_id": "app-7", "client_secret": "cs-very-secret"}}
+        with pytest.raises(Exception, match=r"token_urls=\['http://127\.0\.0\.1:\d+/oauth/token'\]"):
+            Catalog.from_openapi(spec, base_url=api.url, credentials=secret)
+        catalog = Catalog.from_openapi(spec, base_url=api.url, credentials=secret,
+                                       token_urls=[token_url])
+        run(catalog, [{"id": "a", "tool": "ledger", "capability": "listEntries", "params": {}},
+                      {"id": "b", "tool": "ledger", "capability": "listEntries", "params": {},
+                       "depends_on": ["a"]}])
+        [fetch] = tokens.requests  # fetched once, kept for the second call
+        assert fetch.path == "/oauth/token"
+        assert fetch.form() == [("grant_type", "client_credentials"), ("scope", "ledger.read")]
+        assert fetch.headers["authorization"] == "Basic " + base64.b64encode(
+            b"app-7:cs-very-secret").decode()
+        assert [r.headers["authorization"] for r in api.requests] == ["Bearer tok-1"] * 2
+        catalog.close()
