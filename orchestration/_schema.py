@@ -9,6 +9,7 @@ for different purposes, but they all follow references through here.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sized
 from typing import TYPE_CHECKING, Any, cast
 
@@ -87,9 +88,61 @@ def format_checker(schema: Any) -> FormatChecker:
 def check_schema_errors(schema: Any) -> list[tuple[str, str]]:
     """Every way ``schema`` violates its draft's meta-schema, as ``(path, message)``."""
     cls: type[Validator] = validator_for(schema, default=jsonschema.Draft202012Validator)
-    meta = cls(cls.META_SCHEMA)
+    meta = (_static_meta_202012() if cls is jsonschema.Draft202012Validator
+            else cls(cls.META_SCHEMA))
     return [(json_path(err.absolute_path), err.message)
             for err in sorted(meta.iter_errors(schema), key=lambda e: list(map(str, e.path)))]
+
+
+@functools.cache
+def _static_meta_202012() -> Validator:
+    """A validator of the Draft 2020-12 meta-schema with its vocabularies inlined and
+    ``$dynamicRef: "#meta"`` made a plain ``$ref`` to the root.
+
+    For checking a schema (not extending the meta-schema) the two are the same rules,
+    but resolving a dynamic reference at every level of nesting made the published form
+    five times slower: a real OpenAPI document's 150 schemas took 0.7 s instead of 0.15 s.
+    """
+    from jsonschema_specifications import REGISTRY
+
+    root = jsonschema.Draft202012Validator.META_SCHEMA
+    base = str(root["$id"]).rsplit("/", 1)[0] + "/"
+    defs: dict[str, Any] = {}
+
+    def rewrite(node: Any, vocab: str) -> Any:
+        if isinstance(node, list):
+            return [rewrite(item, vocab) for item in node]
+        if not isinstance(node, dict):
+            return node
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key in ("$schema", "$id", "$vocabulary", "$dynamicAnchor", "title"):
+                continue
+            if key == "$dynamicRef" and value == "#meta":
+                out["$ref"] = "#"
+            elif key == "$ref" and isinstance(value, str):
+                where, _, fragment = value.partition("#")
+                owner = where.rsplit("/", 1)[-1] if where else vocab
+                if where.startswith("meta/") and not fragment:
+                    out.update(inline(value))
+                else:
+                    out["$ref"] = "#/$defs/" + owner + "_" + fragment.rsplit("/", 1)[-1]
+            else:
+                out[key] = rewrite(value, vocab)
+        return out
+
+    def inline(ref: str) -> Any:
+        return vocabulary(REGISTRY.contents(base + ref), ref.rsplit("/", 1)[-1])
+
+    def vocabulary(contents: Any, vocab: str) -> Any:
+        body = {k: v for k, v in contents.items() if k != "$defs"}
+        for name, sub in contents.get("$defs", {}).items():
+            defs[f"{vocab}_{name}"] = rewrite(sub, vocab)
+        return rewrite(body, vocab)
+
+    static = vocabulary(root, "schema")
+    static["$defs"] = defs
+    return jsonschema.Draft202012Validator(static)
 
 
 def json_path(parts: Iterable[Any]) -> str:

@@ -42,7 +42,7 @@ from orchestration.capability import (
 from orchestration.errors import CatalogError, ConfigError
 from orchestration.layer_settings import check_layer_overrides
 from orchestration.retry_policy import check_overrides
-from orchestration.sources import Source, SourceListing
+from orchestration.sources import Source, SourceListing, SourceNote
 
 if TYPE_CHECKING:
     from orchestration.sources._runtime import SourceRuntime
@@ -174,6 +174,7 @@ class Catalog:
         self._lock = threading.RLock()
         self._sources: dict[str, Source] = {}
         self._owned: dict[str, set[tuple[str, str]]] = {}
+        self._notes: dict[str, list[SourceNote]] = {}  # per source: left out or repaired
         self._runtime: SourceRuntime | None = None
         self._revision = 0
 
@@ -186,17 +187,20 @@ class Catalog:
 
     # --- building -----------------------------------------------------------------
     def add(
-        self, capability: Capability, *, replace: bool = False, where: str | None = None
+        self, capability: Capability, *, replace: bool = False, where: str | None = None,
+        schemas_checked: bool = False,
     ) -> Capability:
         """Register a capability after checking its schemas and its ``retry`` and
-        ``layers`` overrides; errors name ``where`` (the file and tool) and the capability."""
+        ``layers`` overrides; errors name ``where`` (the file and tool) and the capability.
+        ``schemas_checked``: a source that checked its schemas itself (an OpenAPI document
+        checks each shared definition once, not once per operation that uses it)."""
         key = (capability.tool, capability.name)
         prefix = f"{where}: " if where else ""
         name = f"{prefix}capability {capability.key!r}"
         if key in self._caps and not replace:
             raise CatalogError(f"{name} is defined twice")
-        problems = schema_problems(capability.input_schema, name)
-        if capability.output_schema is not None:
+        problems = [] if schemas_checked else schema_problems(capability.input_schema, name)
+        if capability.output_schema is not None and not schemas_checked:
             problems += schema_problems(capability.output_schema, name, "output_schema")
         for check, overrides in ((check_overrides, capability.retry),
                                  (check_layer_overrides, capability.layers)):
@@ -407,6 +411,7 @@ class Catalog:
         connect_timeout_s: float = 30.0,
         refresh_s: float | None = None,
         overrides: Mapping[str, Mapping[str, Any]] | None = None,
+        error_pattern: str | None = None,
     ) -> list[Capability]:
         """Add every tool of an MCP server as a capability ``name.<tool>`` (extra ``mcp``).
 
@@ -415,14 +420,16 @@ class Catalog:
         its tools; the session stays open, is shared by every run and closes with
         :meth:`aclose`/:meth:`close`. ``tools`` keeps only the named tools; ``overrides``
         maps a tool name to Capability fields (``idempotent``, ``timeout_s``, ``layers``,
-        ...); ``refresh_s`` lists the tools again that often.
+        ...); ``refresh_s`` lists the tools again that often. ``error_pattern`` (a regular
+        expression, e.g. ``^Error:``) marks the text results of a server that reports
+        failures as ordinary text: they are read as ``isError`` results.
         """
         from orchestration.sources.mcp import MCPServerSource
 
         source = MCPServerSource(
             name, command=command, env=env, cwd=cwd, url=url, headers=headers, tools=tools,
             timeout_s=timeout_s, connect_timeout_s=connect_timeout_s, refresh_s=refresh_s,
-            overrides=overrides, runtime=self._source_runtime(),
+            overrides=overrides, runtime=self._source_runtime(), error_pattern=error_pattern,
         )
         return self._adopt(source, source.load_sync())
 
@@ -436,18 +443,33 @@ class Catalog:
         headers: Mapping[str, str] | None = None,
         timeout_s: float | None = None,
         overrides: Mapping[str, Mapping[str, Any]] | None = None,
+        strict: bool = False,
+        validate: bool = False,
+        credentials: Mapping[str, Any] | None = None,
+        allow_remote_refs: bool = False,
+        upload_dirs: Sequence[str | os.PathLike[str]] = (),
+        token_urls: Sequence[str] = (),
     ) -> list[Capability]:
         """Add each operation of an OpenAPI 3.0/3.1 spec as a capability (extra ``openapi``).
 
         ``spec`` is a file path or an http(s) URL. The tool is named ``name`` (default:
         the spec's title as an identifier), each capability by its ``operationId``;
         ``operations`` keeps only those. ``base_url`` overrides the spec's first server.
+        An operation that cannot be mapped is left out and reported in :attr:`skipped`
+        (``strict=True`` refuses the document instead). ``credentials`` maps the
+        document's security schemes to secrets; ``allow_remote_refs`` lets ``$ref``s
+        fetch other origins; ``upload_dirs`` are where file parts may be read from;
+        ``token_urls`` are the OAuth2 token URLs a client secret may be sent to.
+        See ``docs/tools.md``.
         """
         from orchestration.sources.openapi import OpenAPISource
 
         source = OpenAPISource(
             spec, base_url=base_url, operations=operations, name=name, headers=headers,
             timeout_s=timeout_s, overrides=overrides, runtime=self._source_runtime(),
+            strict=strict, validate=validate, credentials=credentials,
+            allow_remote_refs=allow_remote_refs, upload_dirs=[str(d) for d in upload_dirs],
+            token_urls=token_urls,
         )
         return self._adopt(source, source.load_sync())
 
@@ -541,11 +563,12 @@ class Catalog:
                     raise CatalogError(f"{source.label}: capabilities {', '.join(clash)} are "
                                        "already defined by another source")
                 for cap in listing.capabilities:
-                    self.add(cap)
+                    self.add(cap, schemas_checked=listing.schemas_checked)
                 for tool, text in listing.tool_descriptions.items():
                     self._tool_descriptions[tool] = text
                 self._sources[source.label] = source
                 self._owned[source.label] = {(c.tool, c.name) for c in listing.capabilities}
+                self._notes[source.label] = list(listing.notes)
         except BaseException:
             with self._lock:
                 self._caps, self._tool_descriptions = before
@@ -606,6 +629,7 @@ class Catalog:
             self._caps = caps
             self._revision += 1
             self._owned[label] = owned
+            self._notes[label] = list(listing.notes)
             for tool, text in listing.tool_descriptions.items():
                 self._tool_descriptions[tool] = text
         return True
@@ -636,6 +660,9 @@ class Catalog:
                         spec = str(options.pop("spec"))
                         if base_dir is not None and "://" not in spec:
                             spec = str(Path(base_dir) / spec)
+                        if base_dir is not None and isinstance(options.get("upload_dirs"), list):
+                            options["upload_dirs"] = [str(Path(base_dir) / str(d))
+                                                      for d in options["upload_dirs"]]
                         self.add_openapi(spec, **options)
                 except CatalogError as exc:
                     raise CatalogError(f"{where}: {exc}") from exc
@@ -651,6 +678,17 @@ class Catalog:
             raise CatalogError(f"unknown tool {tool!r} (known tools: {known})")
         names = ", ".join(sorted(c for t, c in self._caps if t == tool))
         raise CatalogError(f"tool {tool!r} has no capability {capability!r} (it has: {names})")
+
+    @property
+    def skipped(self) -> list[SourceNote]:
+        """What the sources left out (an OpenAPI operation they could not map), each with
+        its source, operation, JSON pointer and reason."""
+        return [n for notes in self._notes.values() for n in notes if n.skipped]
+
+    @property
+    def notes(self) -> list[SourceNote]:
+        """What the sources repaired on the way (and the spec validator's findings)."""
+        return [n for notes in self._notes.values() for n in notes if not n.skipped]
 
     def has(self, tool: str, capability: str) -> bool:
         return (tool, capability) in self._caps
@@ -698,9 +736,10 @@ class Catalog:
 
 
 _MCP_KEYS = frozenset({"name", "command", "env", "cwd", "url", "headers", "tools", "timeout_s",
-                       "connect_timeout_s", "refresh_s", "overrides"})
+                       "connect_timeout_s", "refresh_s", "overrides", "error_pattern"})
 _OPENAPI_KEYS = frozenset({"spec", "name", "base_url", "operations", "headers", "timeout_s",
-                           "overrides"})
+                           "overrides", "strict", "validate", "credentials",
+                           "allow_remote_refs", "upload_dirs", "token_urls"})
 
 
 def _expand_env_deep(value: Any) -> Any:

@@ -374,6 +374,12 @@ def cmd_tools(args: argparse.Namespace, out: TextIO) -> int:
         if args.json:
             out.write(json.dumps(catalog.to_dict(skip_unnamed_functions=True), indent=2) + "\n")
             return EXIT_OK
+        if args.skipped:
+            for note in [*catalog.skipped, *catalog.notes]:
+                out.write(f"{note}\n")
+            out.write(f"{len(catalog.skipped)} left out, {len(catalog.notes)} note(s), "
+                      f"{len(catalog)} capabilities\n")
+            return EXIT_OK
         for cap in catalog:
             target = cap.url or ("python" if cap.function is not None else "")
             flags = "".join(f" [{f}]" for f, on in (("idempotent", cap.is_idempotent),
@@ -384,6 +390,8 @@ def cmd_tools(args: argparse.Namespace, out: TextIO) -> int:
             method = cap.method if cap.url or cap.source.startswith("openapi:") else ""
             out.write(f"{cap.key:32} {method:6} {target}\n"
                       f"    source: {cap.source}{flags}\n    {cap.description}\n")
+        if catalog.skipped:
+            out.write(f"({len(catalog.skipped)} operation(s) left out: dagwright tools --skipped)\n")
     finally:
         catalog.close()  # MCP servers the catalog started
     return EXIT_OK
@@ -821,6 +829,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="print the input JSON Schema of capability NAME (tool.capability)")
     tools.add_argument("--json", action="store_true",
                        help="print the catalog as JSON (what Catalog.from_dict reads)")
+    tools.add_argument("--skipped", action="store_true",
+                       help="print what the sources left out (with the JSON pointer and the "
+                       "reason) or repaired")
     tools.set_defaults(fn=cmd_tools)
     debug = sub.add_parser("debug", help="show one run's LLM prompts and answers from the "
                            "debug store (ORCH_LLM_DEBUG_ENABLED)")

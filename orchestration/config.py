@@ -228,6 +228,14 @@ class OrchestratorConfig(BaseSettings):
         "another process may resume it (renewed while the run is alive).",
     )
 
+    # --- tool sources ----------------------------------------------------------------
+    openapi_credentials: dict[str, dict[str, SecretStr]] = Field(
+        default_factory=dict,
+        description="Credentials of OpenAPI documents' security schemes as JSON "
+        "{\"<tool>\": {\"<scheme>\": \"<secret>\"}} (bearer: the token; basic: "
+        "\"user:password\"; apiKey: the key), read when a document is added to a catalog; "
+        "credentials= of Catalog.add_openapi win. Never logged or stored (docs/tools.md).")
+
     # --- dagwright serve -----------------------------------------------------------
     serve_host: str = Field(
         "127.0.0.1", description="Address `dagwright serve` listens on; a non-loopback "
@@ -343,6 +351,8 @@ class OrchestratorConfig(BaseSettings):
             value = getattr(self, name)
             if isinstance(value, SecretStr):
                 value = "********" if value.get_secret_value() else ""
+            elif isinstance(value, dict) and name == "openapi_credentials":
+                value = {tool: dict.fromkeys(schemes, "********") for tool, schemes in value.items()}
             elif isinstance(value, Path):
                 value = str(value)
             out[f"ORCH_{name.upper()}"] = value

@@ -133,9 +133,26 @@ class SignatureRenderer:
         return lines
 
     def inline(self, schema: Schema) -> str:
-        """A one-line type, e.g. ``{name: string, daily: [{day: integer, max?: number}]}``."""
+        """A one-line type, e.g. ``{name: string, daily: [{day: integer, max?: number}]}``.
+
+        Too long for ``max_inline``, it is rendered with less nesting (deeper levels shown
+        as ``{…}``) rather than cut mid-text; if even one level is too long, the fields
+        that do not fit are counted (``… 12 more``)."""
         text = self._inline(schema, _root_scope(schema))
-        return text if len(text) <= self.max_inline else text[: self.max_inline - 1] + "…"
+        depth = self.max_depth
+        while len(text) > self.max_inline and depth > 1:
+            depth -= 1
+            shallower = SignatureRenderer(max_depth=depth, max_description=self.max_description,
+                                          max_inline=self.max_inline, max_enum=self.max_enum,
+                                          max_examples=self.max_examples)
+            text = shallower._inline(schema, _root_scope(schema))
+        if len(text) <= self.max_inline:
+            return text
+        cut = text.rfind(", ", 0, self.max_inline - 16)
+        if cut <= 0:
+            return text[: self.max_inline - 1] + "…"
+        more = text.count(", ", cut + 2) + 1  # at depth 1 each ", " starts another field
+        return f"{text[:cut]}, … {more} more{text[-1] if text[-1] in '}]' else ''}"
 
     # --- schema walking ---------------------------------------------------------------
     def _node(self, schema: Any, scope: _Scope) -> _Node:

@@ -21,15 +21,40 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from orchestration.capability import Capability
 
-__all__ = ["Source", "SourceListing"]
+__all__ = ["Source", "SourceListing", "SourceNote"]
+
+
+@dataclass(frozen=True)
+class SourceNote:
+    """Something a source could not take as it was: a left-out operation (``skipped``)
+    or a repair it made (a duplicate ``required`` entry dropped, a schema cut to size).
+
+    ``source`` is the source's label, ``item`` the operation or tool (``createPet``,
+    ``GET /pets``), ``pointer`` the JSON pointer in the document (``#/paths/~1pets/post``).
+    """
+
+    source: str
+    item: str
+    pointer: str
+    message: str
+    skipped: bool = False
+
+    def __str__(self) -> str:
+        verdict = "skipped" if self.skipped else "note"
+        return f"{self.source}: {self.item} ({verdict}) at {self.pointer}: {self.message}"
 
 
 @dataclass
 class SourceListing:
-    """What one source offers right now: its capabilities and its tools' descriptions."""
+    """What one source offers right now: its capabilities and its tools' descriptions,
+    plus what it left out or repaired (``notes``)."""
 
     capabilities: list[Capability]
     tool_descriptions: dict[str, str] = field(default_factory=dict)
+    notes: list[SourceNote] = field(default_factory=list)
+    schemas_checked: bool = False
+    """The source checked every schema against the meta-schema itself (see
+    ``Catalog.add``)."""
 
 
 class Source(Protocol):

@@ -1,6 +1,6 @@
 """MCP servers as capabilities: one ``name.tool`` per tool a server lists.
 
-Built on the official ``mcp`` SDK, 2.x line (extra ``dagwright[mcp]``): 2.x is the
+Built on the official ``mcp`` SDK, 2.x line (the ``mcp`` extra): 2.x is the
 maintained line (1.x only gets security fixes), speaks both the 2026-07-28 protocol and
 the 2025 handshake era, so it connects to servers built with either SDK generation.
 
@@ -14,25 +14,38 @@ cancels it: closing never hangs.
 
 Results: ``structuredContent`` when present, else the text content, JSON-decoded when it
 is JSON (several text blocks give a list). Errors are mapped to ``StepError`` by the
-table in ``docs/tools.md``: an argument-validation failure is an ``INPUT_ERROR`` with
-``retryable: true`` so layer 3 can correct it, an unknown tool is ``NOT_FOUND``, a crash
-or transport failure is a ``SERVICE_ERROR``.
+table in ``docs/tools.md``. An ``isError`` result is the channel MCP defines for telling
+the model what went wrong ("Invalid timezone", "currency must be a 3-letter ISO code"),
+so it is the tool's own word on its input: an ``INPUT_ERROR`` with ``retryable: true``
+that layer 3 is asked to correct within its budget (an unknown tool is ``NOT_FOUND``).
+Servers that report failure as ordinary text ("Error: Only SELECT queries are allowed")
+are read the same way when the server's ``error_pattern`` matches the text. A crash or
+transport failure is a ``SERVICE_ERROR``.
+
+A stdio server runs under a small launcher (plain Python, no import of ours) that reports
+how the server ended, and its stderr is read line by line into a bounded tail (and the
+debug log): a server that dies at start is reported with its exit code and its last
+stderr lines, in words a user acts on, instead of "Connection closed".
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
+import os
 import re
 import shlex
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
 
+from orchestration._extras import needs_extra
 from orchestration._transport import CallResult
 from orchestration.capability import Capability
 from orchestration.errors import CatalogError
@@ -65,10 +78,9 @@ try:
     from mcp.client.stdio import stdio_client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared.exceptions import MCPError
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 except ImportError as _missing:  # pragma: no cover - depends on the installed extras
-    raise CatalogError(
-        "MCP servers need the 'mcp' extra: pip install 'dagwright[mcp]' "
-        f"({_missing})") from _missing
+    raise CatalogError(needs_extra("MCP servers", "mcp", str(_missing))) from _missing
 
 log = logging.getLogger("dagwright.sources.mcp")
 
@@ -97,6 +109,81 @@ _UNKNOWN_TOOL = re.compile(
     re.IGNORECASE)
 
 
+_LAUNCHER = (
+    "import subprocess, sys\n"
+    "try:\n"
+    "    code = subprocess.call(sys.argv[1:])\n"
+    "except OSError as exc:\n"
+    "    print(f'{MARK} cannot start {sys.argv[1]!r}: {exc.strerror}', file=sys.stderr)\n"
+    "    sys.exit(127)\n"
+    "print(f'{MARK} exited with code {code}', file=sys.stderr)\n"
+    "sys.exit(code if code >= 0 else 128 - code)\n"
+)
+"""Runs a stdio server as its child (stdin and stdout are inherited, not copied) and
+says on stderr how it ended: the SDK keeps the process to itself, so this is how its exit
+code reaches the error a user reads."""
+_MARK = "[dagwright-mcp-launcher]"
+STDERR_TAIL_LINES = 20
+
+
+class _StderrTail:
+    """A stdio server's stderr: read by a thread into the last lines (and the debug log)."""
+
+    def __init__(self, name: str) -> None:
+        read_fd, write_fd = os.pipe()
+        self.file = os.fdopen(write_fd, "w")  # handed to the server process as its stderr
+        self._reader = os.fdopen(read_fd, "r", errors="replace")
+        self.lines: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self.exit_code: int | None = None
+        self.start_failure: str | None = None
+        self._name = name
+        self._thread = threading.Thread(target=self._read, name=f"mcp-stderr-{name}", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            for raw in self._reader:
+                line = raw.rstrip("\n")
+                if line.startswith(_MARK):
+                    said = line[len(_MARK):].strip()
+                    code = re.match(r"exited with code (-?\d+)", said)
+                    if code:
+                        self.exit_code = int(code.group(1))
+                    else:
+                        self.start_failure = said
+                    continue
+                self.lines.append(line)
+                log.debug("MCP server %s stderr: %s", self._name, line)
+        with contextlib.suppress(OSError):
+            self._reader.close()
+
+    async def settle(self, timeout_s: float = 2.0) -> None:
+        """Wait (bounded) until the server's stderr is read to its end."""
+        with contextlib.suppress(OSError):
+            self.file.close()  # our copy of the write end: EOF once the server is gone
+        await asyncio.to_thread(self._thread.join, timeout_s)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.file.close()
+
+    def explain(self, fallback: str) -> str:
+        """What a user acts on: the start failure or exit code and the last stderr lines."""
+        if self.start_failure:
+            head = f"the server {self.start_failure}"
+        elif self.exit_code is not None:
+            head = (f"the server exited with code {self.exit_code} before it answered"
+                    if self.exit_code else "the server exited (code 0) before it answered")
+        else:
+            head = fallback
+        lines = [line for line in self.lines if line.strip()]
+        if lines:
+            head += "; its last stderr lines:\n    " + "\n    ".join(lines[-10:])
+        elif self.exit_code is not None:
+            head += " (it wrote nothing on stderr)"
+        return head
+
+
 class _Unavailable(Exception):
     """The session could not be opened (nothing was sent)."""
 
@@ -109,6 +196,8 @@ def _explain(exc: BaseException) -> str:
     """The leaf messages of an exception (anyio wraps failures in exception groups)."""
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(_explain(e) for e in exc.exceptions)
+    if isinstance(exc, _Unavailable):
+        return str(exc)
     text = str(exc) or type(exc).__name__
     return text if type(exc).__name__ in text else f"{type(exc).__name__}: {text}"
 
@@ -145,10 +234,15 @@ def _result_text(result: mcp_types.CallToolResult) -> str:
     return "\n".join(texts).strip() or "the tool reported an error without text"
 
 
-def error_from_result(result: mcp_types.CallToolResult) -> StepError:
-    """An ``isError`` result as a StepError (see the mapping table in docs/tools.md)."""
+def error_from_result(result: mcp_types.CallToolResult, *, matched: str | None = None) -> StepError:
+    """An ``isError`` result as a StepError (see the mapping table in docs/tools.md).
+
+    ``matched``: the result was not flagged ``isError`` but its text matched the
+    server's ``error_pattern`` (recorded in the details)."""
     text = _result_text(result)
-    details: dict[str, Any] = {"mcp": "isError"}
+    details: dict[str, Any] = {"mcp": "isError" if matched is None else "error_pattern"}
+    if matched is not None:
+        details["error_pattern"] = matched
     if result.structured_content is not None:
         details["structured_content"] = result.structured_content
     if _UNKNOWN_TOOL.match(text):
@@ -157,10 +251,11 @@ def error_from_result(result: mcp_types.CallToolResult) -> StepError:
     if _INVALID_ARGUMENTS.search(text):
         return StepError(category=ErrorCategory.INPUT_ERROR, code="MCP_INVALID_ARGUMENTS",
                          message=text, retryable=True, details=details)
-    # any other tool-reported failure: free text, like a Python tool that raised, so
-    # layer 3 acts when it matches ORCH_VALIDATION_ERROR_PATTERNS and layer 4 may read it
-    return StepError(category=ErrorCategory.INPUT_ERROR, code="TOOL_RAISED", message=text,
-                     source=ErrorSource.RAISED, retryable=False, details=details)
+    # any other failure the tool reports: MCP's channel for telling the model what went
+    # wrong, so it is the tool's word on its input — layer 3 is asked (within its
+    # budget); a "can_fix: false" answer hands the step on to layer 4 as for any error
+    return StepError(category=ErrorCategory.INPUT_ERROR, code="MCP_TOOL_ERROR", message=text,
+                     source=ErrorSource.ENVELOPE, retryable=True, details=details)
 
 
 def error_from_mcp_error(exc: MCPError, *, auth_status: int | None = None) -> StepError:
@@ -206,6 +301,7 @@ class _Session:
         self.stop = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.alive = True
+        self.stderr: _StderrTail | None = None
 
 
 class MCPServerSource:
@@ -226,6 +322,7 @@ class MCPServerSource:
         refresh_s: float | None,
         overrides: Mapping[str, Mapping[str, Any]] | None,
         runtime: SourceRuntime,
+        error_pattern: str | None = None,
     ) -> None:
         where = f"MCP server {name!r}"
         if not isinstance(name, str) or not _NAME.match(name):
@@ -259,12 +356,18 @@ class MCPServerSource:
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.refresh_s = refresh_s
+        try:
+            self.error_pattern = re.compile(error_pattern) if error_pattern else None
+        except re.error as exc:
+            raise CatalogError(f"{where}: error_pattern {error_pattern!r} is not a regular "
+                               f"expression: {exc}") from None
         self.overrides = {str(k): dict(v) for k, v in (overrides or {}).items()}
         self.runtime = runtime
         self._session: _Session | None = None
         self._open_lock: asyncio.Lock | None = None
         self._lock_loop: asyncio.AbstractEventLoop | None = None
         self._auth_status: int | None = None
+        self._mode: Any = "auto"  # how the SDK negotiates; "legacy" once a server shows it is
 
     def describe(self) -> str:
         if self.command is not None:
@@ -394,6 +497,12 @@ class MCPServerSource:
                 request_sent=True))
         if result.is_error:
             return CallResult(error=error_from_result(result))
+        if self.error_pattern is not None and result.structured_content is None:
+            text = "\n".join(block.text for block in result.content
+                             if isinstance(block, mcp_types.TextContent))
+            if self.error_pattern.search(text):
+                return CallResult(error=error_from_result(
+                    result, matched=self.error_pattern.pattern))
         return CallResult(data=result_data(result))
 
     # --- the session --------------------------------------------------------------
@@ -438,22 +547,30 @@ class MCPServerSource:
         """The owner task: enters the SDK client, waits for the stop signal, leaves it."""
         try:
             async with contextlib.AsyncExitStack() as stack:
-                client = await self._enter_client(stack)
+                client = await self._enter_client(stack, session)
                 ready.set_result(client)
                 await session.stop.wait()
         except BaseException as exc:
             if not ready.done():
-                ready.set_exception(_Unavailable(_explain(exc)))
+                why = _explain(exc)
+                if session.stderr is not None:
+                    await session.stderr.settle()
+                    why = session.stderr.explain(why)
+                ready.set_exception(_Unavailable(why))
             elif not session.stop.is_set():
                 log.warning("MCP server %s: the session ended: %s", self.name, _explain(exc))
         finally:
             session.alive = False
 
-    async def _enter_client(self, stack: contextlib.AsyncExitStack) -> Client:
+    async def _enter_client(self, stack: contextlib.AsyncExitStack, session: _Session) -> Client:
         if self.command is not None:
-            params = StdioServerParameters(command=self.command[0], args=self.command[1:],
-                                           env=self.env, cwd=self.cwd)
-            transport: Any = stdio_client(params, errlog=sys.stderr)
+            session.stderr = tail = _StderrTail(self.name)
+            stack.callback(tail.close)
+            launcher = _LAUNCHER.replace("{MARK}", _MARK)
+            params = StdioServerParameters(
+                command=sys.executable, args=["-I", "-S", "-c", launcher, *self.command],
+                env=self.env, cwd=self.cwd)
+            transport: Any = stdio_client(params, errlog=tail.file)
         else:
             assert self.url is not None
 
@@ -466,8 +583,13 @@ class MCPServerSource:
                                       event_hooks={"response": [remember_status]})
             await stack.enter_async_context(http)
             transport = streamable_http_client(self.url, http_client=http)
-        client = Client(transport, cache=None)
-        return await stack.enter_async_context(client)
+        client = Client(transport, cache=None, mode=self._mode)
+        entered = await stack.enter_async_context(client)
+        if self._mode == "auto" and entered.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
+            # a handshake-era server (1.x SDK): the next session skips the server/discover
+            # probe, which such a server rejects with a page of validation warnings
+            self._mode = "legacy"
+        return entered
 
     def _forget_session(self) -> None:
         """Drop a dead session so the next call opens a new one (its owner is told to stop)."""

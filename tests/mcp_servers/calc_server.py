@@ -61,6 +61,15 @@ def refuse(reason: str) -> str:
     raise ToolError(reason)
 
 
+@server.tool(structured_output=False, annotations=ToolAnnotations(read_only_hint=True))
+def select(sql: str) -> str:
+    """Run a read-only query; reports a refusal as ordinary text, the way mcp-server-sqlite
+    does ("Error: ..."), not as an isError result."""
+    if not sql.lstrip().upper().startswith("SELECT"):
+        return "Error: Only SELECT queries are allowed for read_query"
+    return json.dumps([{"answer": 42}])
+
+
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def nap(seconds: float) -> str:
     """Sleep, then answer."""

@@ -133,7 +133,8 @@ def test_results_and_tool_errors_are_mapped(calc: Catalog) -> None:
     assert steps["note"].output == {"stored": "hi", "length": 2}
     refuse = steps["refuse"].error
     assert refuse is not None and refuse.category == ErrorCategory.INPUT_ERROR
-    assert refuse.code == "TOOL_RAISED" and "closed today" in refuse.message
+    assert refuse.code == "MCP_TOOL_ERROR" and "closed today" in refuse.message
+    assert refuse.retryable  # MCP's channel for feedback: layer 3 is asked (switched off here)
     nap = steps["nap"].error
     assert nap is not None and nap.category == ErrorCategory.TIMEOUT
     assert time.perf_counter() - started < 3  # the timeout did not wait for the tool

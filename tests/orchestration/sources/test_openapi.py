@@ -157,15 +157,30 @@ def test_operations_filter_and_unknown_operation(store: PetStoreServer) -> None:
 def test_an_invalid_spec_names_the_place(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("openapi: 3.0.3\ninfo: {title: t, version: '1'}\n"
-                   "paths:\n  /x:\n    get:\n      responses:\n        '200': {descriptio: ok}\n")
-    with pytest.raises(CatalogError, match=r"does not validate at \$\.paths\['/x'\]\.get\.responses"):
-        Catalog.from_openapi(bad, base_url="http://127.0.0.1:9")
+                   "paths:\n  /x:\n    get:\n      responses:\n        '200': {descriptio: ok}\n"
+                   "  /y:\n    get: {operationId: noResponses}\n")
+    # strict: refused at the first problem, naming the operation and the JSON pointer
+    with pytest.raises(CatalogError, match=r"GET /x at #/paths/~1x/get/responses/200: spec "
+                       r"validation: .*strict=True"):
+        Catalog.from_openapi(bad, base_url="http://127.0.0.1:9", strict=True)
+    # by default: what can be mapped is, and the validator's findings are notes
+    catalog = Catalog.from_openapi(bad, base_url="http://127.0.0.1:9", validate=True)
+    assert sorted(c.name for c in catalog) == ["get_x", "noResponses"]
+    assert [(n.item, n.pointer) for n in catalog.notes] == [
+        ("GET /x", "#/paths/~1x/get/responses/200"), ("GET /y", "#/paths/~1y/get")]
+    assert "'responses' is a required property" in catalog.notes[1].message
     dangling = tmp_path / "dangling.yaml"
     dangling.write_text("openapi: 3.1.0\ninfo: {title: t, version: '1'}\npaths:\n  /x:\n    get:\n"
                         "      parameters: [{$ref: '#/components/parameters/Nope'}]\n"
-                        "      responses: {'200': {description: ok}}\n")
-    with pytest.raises(CatalogError, match="Nope"):
-        Catalog.from_openapi(dangling, base_url="http://127.0.0.1:9")
+                        "      responses: {'200': {description: ok}}\n"
+                        "  /ok:\n    get: {responses: {'200': {description: ok}}}\n")
+    with pytest.raises(CatalogError, match=r"get_x.*#/paths/~1x/get/parameters/0.*Nope"):
+        Catalog.from_openapi(dangling, base_url="http://127.0.0.1:9", strict=True)
+    catalog = Catalog.from_openapi(dangling, base_url="http://127.0.0.1:9")
+    assert [c.name for c in catalog] == ["get_ok"]
+    [skipped] = catalog.skipped
+    assert (skipped.item, skipped.pointer) == ("get_x (GET /x)", "#/paths/~1x/get/parameters/0")
+    assert "'#/components/parameters/Nope' does not resolve" in skipped.message
     swagger = tmp_path / "swagger.yaml"
     swagger.write_text("swagger: '2.0'\ninfo: {title: t, version: '1'}\npaths: {}\n")
     with pytest.raises(CatalogError, match=r"only OpenAPI 3\.0 and 3\.1"):

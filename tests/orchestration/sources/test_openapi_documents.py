@@ -1,0 +1,227 @@
+"""The shapes real OpenAPI documents take, each loaded through the public API: what is
+mapped, what is repaired (a note), what is left out (skipped, with its pointer)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from orchestration import Catalog, CatalogError
+from orchestration.capability import schema_problems
+from tests.openapi.corpus import kept_documents, materialize
+
+pytest.importorskip("openapi_spec_validator", reason="the 'openapi' extra is not installed")
+
+BASE = "http://127.0.0.1:9"
+
+
+def write(tmp_path: Path, doc: dict[str, Any], name: str = "spec.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def doc(paths: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"openapi": "3.0.3", "info": {"title": "Test - Api", "version": "1"}}
+    if paths is not None:
+        out["paths"] = paths
+    out.update(extra)
+    return out
+
+
+OK = {"200": {"description": "ok"}}
+
+
+def test_a_31_document_without_paths_loads_empty(tmp_path: Path) -> None:
+    spec = doc(webhooks={"newPet": {"post": {"responses": OK}}})
+    spec["openapi"] = "3.1.0"
+    catalog = Catalog.from_openapi(write(tmp_path, spec), base_url=BASE, validate=True)
+    assert len(catalog) == 0 and catalog.skipped == [] and catalog.notes == []
+
+
+def test_names_are_clean_identifiers(tmp_path: Path) -> None:
+    spec = doc({"/pets/{petId}/photos": {"get": {"responses": OK}},
+                "/v1/a.b": {"post": {"operationId": "make thing!", "responses": OK}}})
+    catalog = Catalog.from_openapi(write(tmp_path, spec), base_url=BASE)
+    assert sorted(c.key for c in catalog) == ["test_api.get_pets_petId_photos",
+                                              "test_api.make_thing"]
+
+
+def test_duplicate_required_is_normalised_with_a_note(tmp_path: Path) -> None:
+    spec = doc({"/c": {"get": {"operationId": "ListContainers", "responses": {"200": {
+        "description": "ok", "content": {"application/json": {"schema": {
+            "$ref": "#/components/schemas/List"}}}}}}}},
+        components={"schemas": {"List": {"type": "object", "required": ["id", "id", "name"],
+                                          "properties": {"id": {"type": "string"},
+                                                         "name": {"type": "string"}}}}})
+    catalog = Catalog.from_openapi(write(tmp_path, spec), base_url=BASE)
+    cap = catalog.get("test_api", "ListContainers")
+    assert cap.output_schema is not None
+    assert cap.output_schema["required"] == ["id", "name"]
+    [note] = catalog.notes
+    assert note.pointer == "#/components/schemas/List/required"
+    assert "duplicate 'required' entries removed" in note.message
+    with pytest.raises(CatalogError, match=r"ListContainers.*#/components/schemas/List/required"):
+        Catalog.from_openapi(write(tmp_path, spec), base_url=BASE, strict=True)
+
+
+def test_recursive_nullable_and_composed_schemas(tmp_path: Path) -> None:
+    spec = doc({"/tree": {"parameters": [{"name": "depth", "in": "query",
+                                          "schema": {"type": "integer", "nullable": True}}],
+                          "post": {"requestBody": {"required": True, "content": {
+                              "application/json": {"schema": {"$ref": "#/components/schemas/Node"}}}},
+                              "responses": OK}}},
+               components={"schemas": {
+                   "Node": {"allOf": [{"$ref": "#/components/schemas/Base"}, {
+                       "type": "object", "properties": {
+                           "children": {"type": "array", "items": {"$ref": "#/components/schemas/Node"}},
+                           "kind": {"oneOf": [{"type": "string", "enum": ["a", "b"]},
+                                              {"type": "integer"}]},
+                           "note": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                           "label": {"type": "string", "nullable": True, "enum": ["x", "y"]}}}]},
+                   "Base": {"type": "object", "required": ["name"], "properties": {
+                       "name": {"type": "string", "description": "its name " * 80}}}}})
+    catalog = Catalog.from_openapi(write(tmp_path, spec), base_url=BASE)
+    cap = catalog.get("test_api", "post_tree")
+    schema = cap.input_schema
+    assert schema_problems(schema, "tree") == []
+    assert schema["properties"]["depth"]["type"] == ["integer", "null"]
+    assert schema["required"] == ["body"]
+    assert schema["properties"]["body"] == {"$ref": "#/$defs/Node"}
+    node = schema["$defs"]["Node"]["allOf"][1]["properties"]
+    assert node["children"]["items"] == {"$ref": "#/$defs/Node"}
+    assert node["label"] == {"type": ["string", "null"], "enum": ["x", "y", None]}
+    # the validator the engine uses follows the recursion
+    from orchestration._schema import validator
+
+    check = validator(schema)
+    good = {"body": {"name": "root", "children": [{"name": "leaf", "kind": 3, "label": None}]}}
+    assert list(check.iter_errors(good)) == []
+    bad = {"body": {"name": "root", "children": [{"kind": "c"}]}}
+    assert len(list(check.iter_errors(bad))) >= 1
+
+
+def test_path_level_parameters_and_an_override(tmp_path: Path) -> None:
+    spec = doc({"/pets/{id}": {
+        "parameters": [{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}},
+                       {"name": "id", "in": "query", "schema": {"type": "integer"}},
+                       {"name": "trace", "in": "header", "schema": {"type": "string"}}],
+        "get": {"operationId": "getPet", "parameters": [
+            {"name": "trace", "in": "header", "required": True, "schema": {"type": "string",
+                                                                           "minLength": 3}},
+            {"name": "session", "in": "cookie", "schema": {"type": "string"}},
+            {"name": "Accept", "in": "header", "schema": {"type": "string"}}],
+            "responses": OK}}})
+    cap = Catalog.from_openapi(write(tmp_path, spec), base_url=BASE).get("test_api", "getPet")
+    props = cap.input_schema["properties"]
+    assert set(props) == {"id", "id_query", "trace", "session"}  # Accept is ignored (OpenAPI)
+    assert props["trace"] == {"type": "string", "minLength": 3}
+    assert sorted(cap.input_schema["required"]) == ["id", "trace"]
+
+
+def test_one_bad_operation_is_left_out_with_its_pointer(tmp_path: Path) -> None:
+    spec = doc({"/a": {"get": {"operationId": "good", "responses": OK},
+                       "post": {"operationId": "xmlOnly", "requestBody": {"content": {
+                           "application/xml": {"schema": {"type": "object"}}}}, "responses": OK}},
+                "/b": {"get": {"operationId": "badParam", "parameters": [{"in": "query"}],
+                               "responses": OK}},
+                "/c": {"$ref": "#/components/pathItems/Nope"}})
+    catalog = Catalog.from_openapi(write(tmp_path, spec), base_url=BASE)
+    assert [c.name for c in catalog] == ["good"]
+    reasons = {s.item: (s.pointer, s.message) for s in catalog.skipped}
+    assert reasons["xmlOnly (POST /a)"][0] == "#/paths/~1a/post/requestBody/content"
+    assert "application/xml" in reasons["xmlOnly (POST /a)"][1]
+    assert reasons["badParam (GET /b)"] == (
+        "#/paths/~1b/get/parameters/0",
+        "a parameter needs a 'name' and 'in' (path, query, header or cookie)")
+    assert "does not resolve" in reasons["(every operation of /c)"][1]
+    with pytest.raises(CatalogError, match=r"xmlOnly \(POST /a\) at #/paths/~1a/post/requestBody"):
+        Catalog.from_openapi(write(tmp_path, spec), base_url=BASE, strict=True)
+
+
+def test_a_multi_file_document_resolves_files_beside_it(tmp_path: Path) -> None:
+    """Box's real document, split the way DigitalOcean keeps its own: one file per schema,
+    and properties that point into another file (``attributes.yml#/name``)."""
+    [real] = [d for d in kept_documents() if d.name == "box.com"]
+    data = json.loads(materialize(real, tmp_path).read_text())
+    schemas = data["components"].pop("schemas")
+    (tmp_path / "models").mkdir()
+
+    def relink(node: Any, prefix: str) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/components/schemas/"):
+                name = ref.rsplit("/", 1)[-1]
+                return {"$ref": f"{prefix}{name}.yml"}
+            return {k: relink(v, prefix) for k, v in node.items()}
+        if isinstance(node, list):
+            return [relink(v, prefix) for v in node]
+        return node
+
+    attributes: dict[str, Any] = {}
+    for name, schema in schemas.items():
+        schema = relink(schema, "")
+        props = schema.get("properties") if isinstance(schema, dict) else None
+        if isinstance(props, dict):  # a property defined in attributes.yml, as DO does
+            for key in list(props)[:1]:
+                attributes[f"{name}_{key}"] = props[key]
+                props[key] = {"$ref": f"attributes.yml#/{name}_{key}"}
+        (tmp_path / "models" / f"{name}.yml").write_text(yaml.safe_dump(schema))
+    (tmp_path / "models" / "attributes.yml").write_text(yaml.safe_dump(attributes))
+    root = write(tmp_path, relink(data, "models/"), "box-public.yaml")
+    catalog = Catalog.from_openapi(root, base_url=BASE)
+    whole = Catalog.from_openapi(materialize(real, tmp_path), base_url=BASE)
+    assert len(catalog) == len(whole) == 260 and catalog.skipped == []
+    split = catalog.get("box_platform_api", "post_folders").input_schema
+    assert split == whole.get("box_platform_api", "post_folders").input_schema
+    catalog.close()
+    whole.close()
+
+
+def test_references_never_reach_the_network_unless_allowed(tmp_path: Path) -> None:
+    spec = doc({"/x": {"get": {"operationId": "remote", "parameters": [{
+        "name": "q", "in": "query",
+        "schema": {"$ref": "http://127.0.0.1:9/schemas.yaml#/Q"}}], "responses": OK}}})
+    catalog = Catalog.from_openapi(write(tmp_path, spec), base_url=BASE)
+    [skipped] = catalog.skipped
+    assert "allow_remote_refs=True" in skipped.message
+    assert skipped.pointer == "#/paths/~1x/get/parameters/0/schema"
+    # allowed: it is fetched (nothing listens on port 9: a read error, not a refusal)
+    allowed = Catalog.from_openapi(write(tmp_path, spec), base_url=BASE, allow_remote_refs=True)
+    [failed] = allowed.skipped
+    assert "allow_remote_refs" not in failed.message and "cannot read" in failed.message
+
+
+def test_a_title_makes_a_clean_tool_name(tmp_path: Path) -> None:
+    spec = doc({"/x": {"get": {"responses": OK}}})
+    spec["info"]["title"] = "Twilio - Api"
+    assert [c.tool for c in Catalog.from_openapi(write(tmp_path, spec), base_url=BASE)] == ["twilio_api"]
+    spec["info"]["title"] = "  "
+    assert [c.tool for c in Catalog.from_openapi(write(tmp_path, spec), base_url=BASE)] == ["api"]
+
+
+def test_dagwright_tools_skipped_lists_what_was_left_out(tmp_path: Path) -> None:
+    import io
+
+    from orchestration.cli import main
+
+    spec = doc({"/a": {"get": {"operationId": "good", "responses": OK},
+                       "post": {"operationId": "xmlOnly", "requestBody": {"content": {
+                           "application/xml": {"schema": {"type": "object"}}}}, "responses": OK}}})
+    write(tmp_path, spec)
+    (tmp_path / "catalog.yaml").write_text(yaml.safe_dump(
+        {"openapi": [{"spec": "spec.yaml", "base_url": BASE, "credentials": {}}]}))
+    out = io.StringIO()
+    assert main(["tools", "--catalog", str(tmp_path / "catalog.yaml"), "--skipped"], out=out) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[0].endswith("xmlOnly (POST /a) (skipped) at #/paths/~1a/post/requestBody/content: "
+                             "the request body is only offered as application/xml, which is not "
+                             "supported (JSON, form, multipart, text or a file)")
+    assert lines[-1] == "1 left out, 0 note(s), 1 capabilities"
+    listing = io.StringIO()
+    assert main(["tools", "--catalog", str(tmp_path / "catalog.yaml")], out=listing) == 0
+    assert "(1 operation(s) left out: dagwright tools --skipped)" in listing.getvalue()
