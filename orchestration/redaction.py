@@ -192,6 +192,11 @@ class Redactor:
                 found.update(secret_header_values(capability.headers))
                 if capability.url:
                     found.update(secret_url_parts(capability.url))
+                # credentials a source holds apart from the capability (an OpenAPI
+                # document's securitySchemes), whatever header or parameter carries them
+                secret_values = getattr(capability.invoker, "secret_values", None)
+                if callable(secret_values):
+                    found.update(secret_values())
             self._literals = _longest_first({s for s in found if len(s) >= 4})
             self._catalog_revision = revision
         return self._literals

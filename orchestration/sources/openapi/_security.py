@@ -123,6 +123,21 @@ class Credentials:
     def names(self) -> set[str]:
         return set(self._values)
 
+    def secret_values(self) -> list[str]:
+        """Every secret this document's calls carry — each credential, a basic
+        credential's password and its base64 header form, the tokens fetched so far — for
+        the redactor, which masks known values wherever they appear verbatim."""
+        out: list[str] = []
+        for secret in self._values.values():
+            value = secret.get_secret_value()
+            out.append(value)
+            _, colon, password = value.partition(":")
+            if colon and password:
+                out.append(password)
+                out.append(base64.b64encode(value.encode()).decode())
+        out.extend(token.get_secret_value() for token, _ in self._tokens.values())
+        return out
+
     def __repr__(self) -> str:
         return f"Credentials({sorted(self._values)})"
 

@@ -692,6 +692,11 @@ class OpenAPIInvoker:
     def operation_id(self) -> str:
         return self.operation.operation_id
 
+    def secret_values(self) -> list[str]:
+        """The document's credentials, for the redactor (never stored anywhere)."""
+        credentials = self.source.credentials
+        return credentials.secret_values() if credentials is not None else []
+
     async def call(
         self, params: dict[str, Any], *, timeout_s: float, headers: Mapping[str, str]
     ) -> CallResult:

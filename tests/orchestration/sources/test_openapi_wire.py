@@ -205,3 +205,22 @@ def test_oauth2_client_credentials_only_to_an_allowed_token_url(tmp_path: Path) 
             b"app-7:cs-very-secret").decode()
         assert [r.headers["authorization"] for r in api.requests] == ["Bearer tok-1"] * 2
         catalog.close()
+
+
+def test_a_document_credential_echoed_by_the_tool_is_masked_by_value(tmp_path: Path) -> None:
+    """A credential given for a security scheme is a known secret: echoed in an error body
+    under an innocent name, it is masked in what dagwright writes (here the CLI-style
+    redactor of the run, as spans, logs and the debug store use it)."""
+    spec = real("digitalocean.com", tmp_path)
+    secret = "dop_v1_Zx81Kq09plainlooking"
+    with RecordingServer(answer={"id": "bad_request", "message": f"echo: {secret}"},
+                         status=400) as echoing:
+        catalog = Catalog.from_openapi(spec, base_url=echoing.url,
+                                       credentials={"bearer_auth": secret})
+        orch = orchestrator(catalog, [{"steps": [
+            {"id": "l", "tool": "digitalocean_api", "capability": "droplets_list",
+             "params": {}}]}])
+        result = orch.run("list")
+        assert secret in json.dumps(result.to_dict())  # the caller's own copy is whole
+        assert secret not in orch.redactor.redact(json.dumps(result.to_dict()))
+        catalog.close()
