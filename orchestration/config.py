@@ -106,7 +106,14 @@ class OrchestratorConfig(BaseSettings):
         "catalog is cut to the capabilities most relevant to the query (BM25).",
     )
     planner_max_capabilities: int | None = Field(
-        None, ge=1, description="Most capabilities shown to the planner (unset: budget only)."
+        None, ge=1, description="Most capabilities shown to the planner with their full "
+        "signature (unset: budget only)."
+    )
+    planner_catalog_requests: int = Field(
+        2, ge=0, le=5,
+        description="When the catalog is cut to fit the prompt, how many times the planner "
+        "may answer with a request for more capabilities (by name or search text) instead "
+        "of a plan; each is one more LLM call, counted in the run's LLM budget (0 = never).",
     )
     replan_max: int = Field(
         0, ge=0, description="Repair plans asked after steps fail for good (0 = no replanning)."

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from orchestration import Catalog, Orchestrator, OrchestratorConfig, ScriptedLLM
 from orchestration.llm.base import LLMRequest
-from planners._selection import BM25, tokenize
+from planners._ranking import CatalogIndex, tokenize
 
 DOMAINS = ["billing", "crm", "inventory", "hr", "shipping", "support", "analytics", "calendar",
            "storage", "mail"]
@@ -106,8 +106,11 @@ def test_500_capabilities_fit_the_budget_and_keep_the_relevant_one(catalog500: C
     assert event["catalog.offered"] + event["catalog.omitted"] == 500
     assert event["catalog.omitted"] > 400
     names = str(event["catalog.omitted_names"]).split(",")
-    assert len(names) == 51 and names[-1] == f"… (+{event['catalog.omitted'] - 50})"
-    assert f"({event['catalog.omitted']} other capabilities exist but are not shown" in run.system
+    # the names left out altogether (the compact index lists the others)
+    unlisted = event["catalog.omitted"] - event["catalog.compact"]
+    assert event["catalog.compact"] > 0
+    assert len(names) == 51 and names[-1] == f"… (+{unlisted - 50})"
+    assert f"({event['catalog.omitted']} other capabilities exist but are not shown in full" in run.system
     assert event["prompt.chars"] == len(run.request.prompt_text)
     # the structured-output schema offers exactly the capabilities in the prompt
     step = run.request.response_schema["properties"]["steps"]["items"]["properties"]  # type: ignore[index]
@@ -152,10 +155,17 @@ def test_plan_may_use_a_capability_left_out_of_the_prompt(catalog500: Catalog) -
     assert run.result.status == "succeeded", run.result.error
 
 
-def test_bm25_prefers_rare_matching_terms() -> None:
-    docs = [tokenize("create invoice billing"), tokenize("convert temperature celsius"),
-            tokenize("create customer crm")]
-    scores = BM25(docs).scores(tokenize("Convert Celsius temperatures, please"))
-    assert scores[1] > 0 and scores[0] == scores[2] == 0
+def test_ranking_prefers_rare_matching_terms_and_splits_identifiers() -> None:
+    cat = Catalog()
+    for tool, name, text in [("billing", "create_invoice", "Create an invoice."),
+                             ("units", "convertTemperature", "Convert between scales."),
+                             ("crm", "create_customer", "Create a customer record.")]:
+        cat.add_function(lambda: {}, tool=tool, capability=name, description=text)
+    index = CatalogIndex(list(cat))
+    scores = index.scores("Convert Celsius temperatures, please")
+    assert set(scores) == {1} and scores[1] > 0
+    assert index.ranked("new customer")[0] == 2
     assert tokenize("getWeatherForecasts HTTPServer snake_case") == [
         "weather", "forecast", "http", "server", "snake", "case"]
+    # stemming: the forms of a word meet
+    assert tokenize("forecasting") == tokenize("forecasts") == tokenize("forecast")
