@@ -21,15 +21,18 @@ from __future__ import annotations
 
 import math
 import re
+from bisect import bisect_left
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import islice
 from typing import Any
 
 import snowballstemmer
 
 from orchestration.capability import Capability
+from planners._lexicon import GROUPS
 
 _WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 _STOPWORDS = frozenset((
@@ -52,12 +55,30 @@ FIELD_WEIGHTS: dict[str, float] = {"name": 3.0, "tool": 1.0, "description": 1.5,
 _B: dict[str, float] = {"name": 0.5, "tool": 0.5, "description": 0.75, "params": 0.75}
 _K1 = 1.2
 
+PREFIX_WEIGHT = 0.5
+"""Weight of an index term matched by prefix rather than whole (measured)."""
+RELATED_WEIGHT = 0.3
+"""Weight of a word of the same need (:mod:`planners._lexicon`) as a query word (measured)."""
+_PREFIX_MIN = 4
+_PREFIX_FANOUT = 16  # longest run of index terms one prefix may reach
+
 _stemmer = snowballstemmer.stemmer("english")
 
 
 @lru_cache(maxsize=65536)
 def _stem(word: str) -> str:
     return str(_stemmer.stemWord(word))
+
+
+@lru_cache(maxsize=1)
+def _related() -> dict[str, frozenset[str]]:
+    """Stem → the stems of the other words of its :mod:`planners._lexicon` groups."""
+    found: dict[str, set[str]] = defaultdict(set)
+    for group in GROUPS:
+        stems = set(tokenize(group))
+        for stem in stems:
+            found[stem] |= stems - {stem}
+    return {stem: frozenset(others) for stem, others in found.items()}
 
 
 def tokenize(text: str) -> list[str]:
@@ -152,25 +173,57 @@ class CatalogIndex:
             idf = math.log(1 + (n - len(entries) + 0.5) / (len(entries) + 0.5))
             self.postings[term] = [(p, idf * tf * (k1 + 1) / (tf + k1)) for p, tf in entries]
 
+        self.vocabulary = sorted(self.postings)
+
     def __len__(self) -> int:
         return len(self.capabilities)
+
+    def query_terms(self, query: str) -> dict[str, float]:
+        """The index terms ``query`` looks for, with their weights: its own terms (1.0),
+        and at :data:`PREFIX_WEIGHT` the index terms that one of them begins (``crypto``
+        finds ``cryptocurrencies``) or that begin one of them (``rental`` finds
+        ``renting``), four letters at least."""
+        terms = dict.fromkeys(tokenize(query), 1.0)
+        extra: dict[str, float] = {}
+        vocabulary = self.vocabulary
+        for term in terms:
+            if len(term) < _PREFIX_MIN:
+                continue
+            at = bisect_left(vocabulary, term)
+            for other in islice(vocabulary, at, at + _PREFIX_FANOUT):
+                if not other.startswith(term):
+                    break
+                extra.setdefault(other, PREFIX_WEIGHT)
+            for cut in range(_PREFIX_MIN, len(term)):
+                if term[:cut] in self.postings:
+                    extra.setdefault(term[:cut], PREFIX_WEIGHT)
+        if RELATED_WEIGHT:
+            for term in terms:
+                for other in _related().get(term, ()):
+                    extra[other] = max(extra.get(other, 0.0), RELATED_WEIGHT)
+        return {**extra, **terms}
 
     def scores(self, query: str) -> dict[int, float]:
         """Position → score for every capability sharing a term with ``query``."""
         totals: dict[int, float] = defaultdict(float)
-        for term in dict.fromkeys(tokenize(query)):
+        for term, weight in self.query_terms(query).items():
             for position, value in self.postings.get(term, ()):
-                totals[position] += value
+                totals[position] += value * weight
         return totals
 
     def ranked(self, query: str, totals: Mapping[int, float] | None = None) -> list[int]:
-        """Positions of every capability, best first; ties (and zeros) in catalog order.
+        """Positions of the capabilities sharing a term with ``query``, best first, ties
+        in catalog order (the others follow in catalog order: see :meth:`order`).
         ``totals``: :meth:`scores` of ``query`` when the caller has them already."""
         if totals is None:
             totals = self.scores(query)
-        hits = sorted(totals, key=lambda p: (-totals[p], p))
-        seen = set(hits)
-        return hits + [p for p in range(len(self.capabilities)) if p not in seen]
+        return sorted(totals, key=lambda p: (-totals[p], p))
+
+    def order(self, ranked: Sequence[int]) -> Iterator[int]:
+        """``ranked``, then every other position in catalog order (lazily)."""
+        yield from ranked
+        seen = set(ranked)
+        yield from (p for p in range(len(self.capabilities)) if p not in seen)
 
 
 def reciprocal_rank_fusion(rankings: Sequence[Sequence[int]], k: int = 60) -> list[int]:

@@ -23,6 +23,7 @@ selection costs the ranking plus a walk down the best few hundred.
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -79,10 +80,11 @@ class SelectionIndex:
         render: Callable[[Capability], str],
     ) -> None:
         self.capabilities = list(capabilities)
-        self.fingerprint = fingerprint(self.capabilities, tool_descriptions)
+        self.tool_descriptions = dict(tool_descriptions or {})
         self.render = render
         self.ranking = CatalogIndex(self.capabilities, tool_descriptions)
-        self.positions = {c.key: i for i, c in enumerate(self.capabilities)}
+        self.keys = [c.key for c in self.capabilities]
+        self.positions = {k: i for i, k in enumerate(self.keys)}
         self.compact = [compact_entry(c) for c in self.capabilities]
         self.mentions = [_mentioned_keys(c, self.positions) for c in self.capabilities]
         self._blocks: dict[int, str] = {}
@@ -97,6 +99,14 @@ class SelectionIndex:
     def size(self, position: int) -> int:
         return len(self.block(position)) + _SEPARATOR
 
+    def serves(self, capabilities: Sequence[Capability], tool_descriptions: Mapping[str, str]
+               ) -> bool:
+        """Whether this index was built from these very capability objects (a refresh or
+        an edit replaces them) and tool descriptions: ~0.3 ms at 10,000 capabilities."""
+        return (len(capabilities) == len(self.capabilities)
+                and all(map(operator.is_, capabilities, self.capabilities))
+                and tool_descriptions == self.tool_descriptions)
+
     def fits_whole(self, budget: int) -> bool:
         """Whether every block fits ``budget`` (renders only until it cannot)."""
         known = self._fits.get(budget)
@@ -110,24 +120,17 @@ class SelectionIndex:
         return known
 
 
-def fingerprint(capabilities: Sequence[Capability],
-                tool_descriptions: Mapping[str, str] | None) -> tuple[Any, ...]:
-    """What identifies a catalog's content for the caches: its capability objects (a
-    refresh or an edit replaces them) and its tool descriptions."""
-    return (tuple(map(id, capabilities)), tuple(sorted((tool_descriptions or {}).items())))
-
-
 @dataclass
 class Selection:
     """Which capabilities the prompt offers and which it leaves out, and why."""
 
     offered: list[Capability]  # shown with their full signature, in catalog order
-    omitted: list[Capability]  # not shown in full (the compact ones included)
     rendered: dict[str, str]  # capability key -> its rendered block, for the offered ones
     catalog_chars: int  # length of the full-signature section as rendered
     budget_chars: int  # what the catalog section was allowed
     ranked: bool  # False when the whole catalog fitted and no ranking was needed
-    scores: dict[str, float] = field(default_factory=dict)
+    catalog: Sequence[Capability] = ()  # every capability, in catalog order
+    scores: dict[str, float] = field(default_factory=dict)  # of those shown
     compact: list[Capability] = field(default_factory=list)  # listed by name and one line
     compact_lines: list[str] = field(default_factory=list)
 
@@ -144,18 +147,35 @@ class Selection:
         """Every capability the prompt names: full signatures, then the compact index."""
         return [*self.offered, *self.compact]
 
+    @property
+    def omitted_count(self) -> int:
+        """Capabilities not shown in full (those in the compact index included)."""
+        return len(self.catalog) - len(self.offered)
+
+    @property
+    def omitted(self) -> list[Capability]:
+        """The capabilities not shown in full, in catalog order (built on demand: at
+        10,000 capabilities the list costs more than the rest of a selection)."""
+        return [c for c in self.catalog if c.key not in self.rendered]
+
     def trace_attributes(self, limit: int = 50) -> dict[str, Any]:
         """Bounded span attributes: counts, and the first ``limit`` names left out."""
         listed = {c.key for c in self.compact}
-        names = [c.key for c in self.omitted if c.key not in listed]
-        shown = ",".join(names[:limit])
-        if len(names) > limit:
-            shown += f",… (+{len(names) - limit})"
+        unlisted = self.omitted_count - len(self.compact)
+        names: list[str] = []
+        for cap in self.catalog:
+            if len(names) >= limit:
+                break
+            if cap.key not in self.rendered and cap.key not in listed:
+                names.append(cap.key)
+        shown = ",".join(names)
+        if unlisted > limit:
+            shown += f",… (+{unlisted - limit})"
         return {
-            "catalog.size": len(self.offered) + len(self.omitted),
+            "catalog.size": len(self.catalog),
             "catalog.offered": len(self.offered),
             "catalog.compact": len(self.compact),
-            "catalog.omitted": len(self.omitted),
+            "catalog.omitted": self.omitted_count,
             "catalog.omitted_names": shown,
             "catalog.chars": self.catalog_chars,
             "catalog.budget_chars": self.budget_chars,
@@ -184,11 +204,10 @@ def select(
     if len(caps) <= limit and index.fits_whole(budget_chars):
         rendered = {c.key: index.block(i) for i, c in enumerate(caps)}
         used = sum(len(t) + _SEPARATOR for t in rendered.values()) - _SEPARATOR
-        return Selection(list(caps), [], rendered, max(used, 0), budget_chars, False)
+        return Selection(list(caps), rendered, max(used, 0), budget_chars, False, caps)
 
     totals = index.ranking.scores(query)
-    if order is None:
-        order = index.ranking.ranked(query, totals)
+    ranked = index.ranking.ranked(query, totals) if order is None else order
     full_budget = int(budget_chars * (1 - compact_share))
 
     chosen: list[int] = []
@@ -208,8 +227,7 @@ def select(
         used += cost
         return True
 
-    rest = iter(order)
-    for position in rest:
+    for position in index.ranking.order(ranked):
         if take(position):
             for other in index.mentions[position]:
                 take(other)
@@ -220,7 +238,7 @@ def select(
     # the compact index: the next best, best first, while they fit
     compact: list[int] = []
     left = budget_chars - max(used, 0)
-    for position in order:
+    for position in index.ranking.order(ranked):
         if position in taken:
             continue
         cost = len(index.compact[position]) + 1
@@ -231,12 +249,11 @@ def select(
         left -= cost
 
     full = sorted(chosen)  # catalog order reads better
-    offered = [caps[i] for i in full]
-    shown_full = set(full)
-    omitted = [c for i, c in enumerate(caps) if i not in shown_full]
+    keys = index.keys
     return Selection(
-        offered, omitted, {caps[i].key: index.block(i) for i in full}, max(used, 0),
-        budget_chars, True, {caps[p].key: s for p, s in totals.items()},
+        [caps[i] for i in full], {keys[i]: index.block(i) for i in full}, max(used, 0),
+        budget_chars, True, caps,
+        {keys[p]: totals[p] for p in (*full, *compact) if p in totals},
         [caps[i] for i in compact], [index.compact[i] for i in compact])
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from orchestration._text import data_block
 from orchestration.catalog import Capability, Catalog
 from orchestration.config import OrchestratorConfig
-from planners._selection import Selection, SelectionIndex, fingerprint, select
+from planners._selection import Selection, SelectionIndex, select
 from planners.signatures import SignatureRenderer, render_raw_capability
 
 __all__ = [
@@ -158,7 +158,7 @@ class PromptBuilder:
         caps = list(catalog) if capabilities is None else list(capabilities)
         tools = catalog.tools
         index = self._indexes.get(guidance)
-        if index is None or index.fingerprint != fingerprint(caps, tools):
+        if index is None or not index.serves(caps, tools):
             index = SelectionIndex(caps, tools, lambda c: self.capability_block(c, guidance))
             self._indexes[guidance] = index
         return index
@@ -169,7 +169,7 @@ class PromptBuilder:
         guidance = config.prompt_type_guidance
         caps = list(catalog)
         index = self._indexes.get(guidance)
-        if index is None or index.fingerprint != fingerprint(caps, catalog.tools):
+        if index is None or not index.serves(caps, catalog.tools):
             await asyncio.to_thread(self.selection_index, catalog, guidance, caps)
 
     def plan_prompt(
@@ -228,13 +228,14 @@ class PromptBuilder:
                   - _JOIN)
         selection = select(index, search_text, budget_chars=max(budget, 0),
                            max_capabilities=config.planner_max_capabilities, order=order)
-        note = (_omitted_note(len(selection.omitted), selection.compact_text, request_note)
-                if selection.omitted else "")
+        left_out = selection.omitted_count
+        note = (_omitted_note(left_out, selection.compact_text, request_note)
+                if left_out else "")
         system = self.templates.render(
             system_template, capabilities=selection.text, omitted_note=note, **values)
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         return BuiltPrompt(messages, selection, index if selection.ranked else None,
-                           requests if selection.omitted else 0)
+                           requests if left_out else 0)
 
     def request_answer(self, capabilities: Sequence[Capability], notes: Sequence[str],
                        guidance: bool, more: int) -> str:
