@@ -10,8 +10,9 @@ what the first planner prompt showed:
   index (``- tool.capability: first line``), so the planner can use it or ask for it;
 * **after asking**: with ``ORCH_PLANNER_CATALOG_REQUESTS`` (default 2), a scripted
   planner that was told which capabilities the user needs asks, by name, for those it
-  saw only in the compact index, and with a search text made of the capability's name
-  (``getForecast`` → "get forecast") for those it did not see; recall counts whether
+  saw only in the compact index, and with a search text describing it (the first line of
+  its description, as a planner would say what it lacks) for those it did not see;
+  recall counts whether
   every right signature had been sent when the planner answers with its plan.
 
 Then the selection's speed at 1,000 and 10,000 capabilities (the pooled catalog padded
@@ -57,6 +58,7 @@ from benchmarks import common, selection_corpus
 from orchestration import Catalog, Orchestrator, OrchestratorConfig, ScriptedLLM
 from orchestration.errors import LLMError, LLMErrorKind
 from orchestration.llm.base import LLMRequest
+from planners._selection import first_line
 from planners.prompt import PromptBuilder
 
 _KEY = re.compile(r"^### ([A-Za-z0-9_.-]+)$", re.M)
@@ -236,8 +238,9 @@ class ScriptedPlanner:
     """Knows what the user needs; asks for it when it was not shown, then stops the run
     (the measurement ends with the planner's last request)."""
 
-    def __init__(self, gold: list[str], ask: bool) -> None:
+    def __init__(self, gold: list[str], ask: bool, lines: dict[str, str]) -> None:
         self.gold = gold
+        self.lines = lines  # what each capability does, in one line
         self.ask = ask
         self.requests: list[LLMRequest] = []
 
@@ -250,16 +253,9 @@ class ScriptedPlanner:
         if missing and self.ask and invited and "No more requests" not in text:
             named = set(_COMPACT.findall(text))
             names = [g for g in missing if g in named]
-            search = " ".join(_words(g) for g in missing if g not in named)
+            search = " ".join(self.lines[g] for g in missing if g not in named)
             return {"need": {"capabilities": names, "search": search}}
         return LLMError(LLMErrorKind.AUTH, "the benchmark's planner stops here")
-
-
-def _words(key: str) -> str:
-    """What a planner would search for a capability it needs: its name in words."""
-    tool, name = key.split(".", 1)
-    spaced = re.sub(r"([a-z])([A-Z])", r"\1 \2", name).replace("_", " ")
-    return spaced if tool == name else f"{spaced} {tool.replace('_', ' ')}"
 
 
 def measure_recall(catalog: Catalog, questions: list[Question], *, ask: bool,
@@ -268,11 +264,12 @@ def measure_recall(catalog: Catalog, questions: list[Question], *, ask: bool,
     config = OrchestratorConfig(synthesis_enabled=False, planner_prompt_budget_chars=budget,
                                 planner_catalog_requests=2 if ask else 0, llm_max_retries=0,
                                 stream_plan=False)
+    lines = {c.key: first_line(c.description) for c in catalog}
     current: list[ScriptedPlanner] = []
     orch = Orchestrator(catalog=catalog, llm=ScriptedLLM(lambda r: current[-1](r)),
                         config=config)
     for question in questions:
-        planner = ScriptedPlanner(question.gold, ask)
+        planner = ScriptedPlanner(question.gold, ask, lines)
         current.append(planner)
         orch.run(question.text)
         first, last = planner.requests[0], planner.requests[-1]
@@ -399,8 +396,11 @@ def main(argv: list[str] | None = None) -> int:
     facts = common.machine_facts()
     corpora, sources = _corpora(args.data, args.sample, args.seed)
     catalog, questions = pooled(corpora, args.pool)
-    if args.quick:
-        questions = questions[:40]
+    if args.quick:  # a few of each kind
+        by_kind: dict[str, list[Question]] = defaultdict(list)
+        for q in questions:
+            by_kind[q.kind].append(q)
+        questions = [q for group in by_kind.values() for q in group[:8]]
     print(f"pooled catalog: {len(catalog):,} capabilities, {len(questions):,} questions",
           flush=True)
     lexical = measure_recall(catalog, questions, ask=False, budget=args.budget)

@@ -41,7 +41,7 @@ COMPACT_SHARE = 0.3
 (measured with ``benchmarks/selection.py``)."""
 
 
-def _first_line(text: str) -> str:
+def first_line(text: str) -> str:
     """The first sentence (or line) of a description, cut to :data:`_COMPACT_LINE`."""
     text = " ".join(text.split())
     match = re.search(r"(?<=[.!?])\s", text)
@@ -54,7 +54,7 @@ def _first_line(text: str) -> str:
 
 def compact_entry(cap: Capability) -> str:
     """One line of the compact index: ``- tool.capability: first line``."""
-    line = _first_line(cap.description)
+    line = first_line(cap.description)
     return f"- {cap.key}: {line}" if line else f"- {cap.key}"
 
 

@@ -48,6 +48,7 @@ from orchestration.errors import (
     PlanValidationError,
 )
 from orchestration.llm.base import LLMRequest, LLMResponse
+from orchestration.llm.embeddings import EmbeddingCache, EmbeddingsClient
 from orchestration.plan import ValidatedPlan, validate_plan
 from orchestration.services import RunServices
 from orchestration.state import RunState
@@ -62,6 +63,7 @@ from planners._catalog_request import (
 from planners._plan_stream import PlanStream, StepListener
 from planners._references import check_reference_paths
 from planners._selection import Selection
+from planners._semantic import SemanticRanker
 from planners.feedback import DefaultFeedbackFormatter, FeedbackFormatter, PlanFeedback
 from planners.parsing import parse_plan, plan_response_schema
 from planners.prompt import BuiltPrompt, PlannerTemplates, PromptBuilder
@@ -114,6 +116,7 @@ class Planner:
         self.feedback: FeedbackFormatter = feedback or DefaultFeedbackFormatter()
         self.structured_output = structured_output
         self.check_references = check_references
+        self._semantic: tuple[tuple[Any, ...], SemanticRanker] | None = None
 
     # --- public -----------------------------------------------------------------------
     def build_prompt(self, query: str, services: RunServices) -> BuiltPrompt:
@@ -151,7 +154,8 @@ class Planner:
 
         with services.observer.planning(run.run_id, "plan") as observation:
             await self.prompts.prepare(catalog, config)
-            prompt = self.build_prompt(run.query, services)
+            prompt = await self._hybrid(run.query, services, self.build_prompt(
+                run.query, services), observation)
             if listener is not None:
                 observation.set("dagwright.plan.streamed", True)
             validated = await self._converse(services, "plan", prompt, accept, observation,
@@ -192,6 +196,36 @@ class Planner:
             repair = await self._converse(services, "replan", prompt, accept, observation)
             observation.set("dagwright.plan.steps", len(repair.steps) if repair else 0)
             return repair
+
+    async def _hybrid(self, query: str, services: RunServices, prompt: BuiltPrompt,
+                      observation: PlanningObservation) -> BuiltPrompt:
+        """``prompt`` again with the lexical and semantic rankings fused, when the catalog
+        was cut and ``ORCH_EMBEDDINGS_*`` is set; ``prompt`` itself when either is not so
+        or the embeddings fail (recorded as a ``catalog_ranking_failed`` event)."""
+        config = services.config
+        if prompt.index is None or not (config.embeddings_base_url and config.embeddings_model):
+            return prompt
+        try:
+            ranker = self._semantic_ranker(config)
+            order = await ranker.order(prompt.index, query)
+        except (LLMError, ImportError) as exc:
+            observation.set("dagwright.catalog.ranking", "lexical")
+            observation.span.add_event("catalog_ranking_failed", {
+                "error": f"{type(exc).__name__}: {exc}"[:500]})
+            return prompt
+        observation.set("dagwright.catalog.ranking", "hybrid")
+        return self.prompts.plan_prompt(query, services.catalog, config, order=order)
+
+    def _semantic_ranker(self, config: Any) -> SemanticRanker:
+        """The ranker for the configured endpoint, made once (its vectors with it)."""
+        settings = (config.embeddings_base_url, config.embeddings_model,
+                    config.embeddings_cache)
+        if self._semantic is None or self._semantic[0] != settings:
+            client = EmbeddingsClient.from_config(config)
+            assert client is not None  # _hybrid checked the settings
+            self._semantic = (settings, SemanticRanker(client, EmbeddingCache(
+                config.embeddings_cache)))
+        return self._semantic[1]
 
     # --- the attempt loop ---------------------------------------------------------------
     async def _converse(
