@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import operator
 import re
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from orchestration.capability import Capability
-from planners._ranking import CatalogIndex
+from planners._ranking import CatalogIndex, tokenize
 
 _SEPARATOR = 2  # the blank line between two capability blocks
 _COMPACT_LINE = 110  # longest compact entry's description, in characters
@@ -56,6 +57,45 @@ def compact_entry(cap: Capability) -> str:
     """One line of the compact index: ``- tool.capability: first line``."""
     line = first_line(cap.description)
     return f"- {cap.key}: {line}" if line else f"- {cap.key}"
+
+
+_FINDERS = frozenset(tokenize("search find list lookup query browse"))
+
+
+def _id_entities(cap: Capability) -> list[str]:
+    """The things ``cap`` needs an id of: ``movie`` for a required ``movie_id``/``movieId``."""
+    schema = cap.input_schema if isinstance(cap.input_schema, dict) else {}
+    required = schema.get("required")
+    entities: list[str] = []
+    if not isinstance(required, list):
+        return entities
+    for name in required:
+        words = tokenize(str(name))
+        if len(words) >= 2 and words[-1] == "id":
+            entities.append(words[-2])
+    return entities
+
+
+def _id_producers(capabilities: Sequence[Capability]) -> list[list[int]]:
+    """For each capability, the capability of the same tool that finds what it needs an id
+    of (``tmdb.search_movie`` for ``tmdb.movie_credits(movie_id)``): the plan will need
+    both, and users rarely name the search step."""
+    finders: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for position, cap in enumerate(capabilities):
+        words = set(tokenize(cap.name))
+        if words & _FINDERS:
+            needs = set(_id_entities(cap))
+            for word in words - _FINDERS - needs:
+                finders[(cap.tool, word)].append(position)
+    out: list[list[int]] = []
+    for position, cap in enumerate(capabilities):
+        found = []
+        for entity in _id_entities(cap):
+            candidates = [p for p in finders.get((cap.tool, entity), ()) if p != position]
+            if candidates:  # the most specific: the shortest name
+                found.append(min(candidates, key=lambda p: (len(capabilities[p].name), p)))
+        out.append(found)
+    return out
 
 
 def _mentioned_keys(cap: Capability, keys: Mapping[str, int]) -> list[int]:
@@ -86,7 +126,9 @@ class SelectionIndex:
         self.keys = [c.key for c in self.capabilities]
         self.positions = {k: i for i, k in enumerate(self.keys)}
         self.compact = [compact_entry(c) for c in self.capabilities]
-        self.mentions = [_mentioned_keys(c, self.positions) for c in self.capabilities]
+        producers = _id_producers(self.capabilities)
+        self.mentions = [list(dict.fromkeys([*_mentioned_keys(c, self.positions), *producers[i]]))
+                         for i, c in enumerate(self.capabilities)]
         self._blocks: dict[int, str] = {}
         self._fits: dict[int, bool] = {}  # budget -> whether the whole catalog fits
 
