@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import time
 from typing import Any
 
@@ -15,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from orchestration import Catalog, Orchestrator, OrchestratorConfig, ScriptedLLM
 from orchestration.llm.base import LLMRequest
 from planners._ranking import CatalogIndex, tokenize
+from planners.prompt import PromptBuilder
 
 DOMAINS = ["billing", "crm", "inventory", "hr", "shipping", "support", "analytics", "calendar",
            "storage", "mail"]
@@ -169,3 +171,64 @@ def test_ranking_prefers_rare_matching_terms_and_splits_identifiers() -> None:
         "weather", "forecast", "http", "server", "snake", "case"]
     # stemming: the forms of a word meet
     assert tokenize("forecasting") == tokenize("forecasts") == tokenize("forecast")
+
+
+def test_what_does_not_fit_in_full_is_listed_by_name_within_the_budget(
+        catalog500: Catalog) -> None:
+    run = Run(catalog500, planner_prompt_budget_chars=12_000)
+    assert len(run.request.prompt_text) <= 12_000
+    compact = re.findall(r"^- ([a-z_]+\.[a-z_]+): (.+)$", run.system, re.M)
+    event = run.selection_event()
+    assert len(compact) == event["catalog.compact"] >= 10
+    for key, line in compact:
+        assert f"### {key}\n" not in run.system  # listed once: by name, not in full too
+        assert len(line) <= 110
+    assert "2 more time(s)" in run.system  # and the planner is told it may ask for them
+
+
+def test_a_capability_needing_an_id_brings_the_search_that_finds_it() -> None:
+    cat = big_catalog(200)
+    cat.add_function(lambda **kw: {}, tool="films", capability="movie_credits",
+                     description="Cast and crew of a film.",
+                     input_schema={"type": "object", "required": ["movie_id"],
+                                   "properties": {"movie_id": {"type": "integer"}}})
+    cat.add_function(lambda **kw: {}, tool="films", capability="search_movies",
+                     description="Find titles by text.",
+                     input_schema={"type": "object", "properties": {"query": {"type": "string"}}})
+    cat.add_function(lambda **kw: {}, tool="films", capability="search_people",
+                     description="Find people by name.",
+                     input_schema={"type": "object", "properties": {"query": {"type": "string"}}})
+    run = Run(cat, planner_max_capabilities=2)
+    assert "### films.movie_credits" not in run.system  # unrelated query: not pulled in
+    llm = ScriptedLLM(lambda r: {"steps": []})
+    Orchestrator(catalog=cat, llm=llm, registry=CollectorRegistry(),
+                 config=OrchestratorConfig(synthesis_enabled=False, planner_max_capabilities=2,
+                                           planner_max_retries=0)).run(
+        "Who played in the cast of Heat?")
+    system = llm.requests_for("plan")[0].messages[0]["content"]
+    assert "### films.movie_credits" in system and "### films.search_movies" in system
+    assert "### films.search_people" not in system
+
+
+def test_prefixes_and_words_of_one_need_are_matched_below_exact_words() -> None:
+    cat = Catalog()
+    for tool, name, text in [
+            ("markets", "coin_prices", "Prices of cryptocurrencies."),
+            ("meteo", "daily_outlook", "Daily forecast with precipitation chance."),
+            ("meteo", "umbrella_stock", "Umbrella stock in our shop."),
+            ("crm", "create_customer", "Create a customer record.")]:
+        cat.add_function(lambda: {}, tool=tool, capability=name, description=text)
+    index = CatalogIndex(list(cat))
+    assert index.ranked("what is crypto doing today")[0] == 0  # crypto → cryptocurrencies
+    # umbrella: the exact word first, then the need it stands for (weather)
+    assert index.ranked("do I need an umbrella tomorrow")[:2] == [2, 1]
+    assert 3 not in index.scores("do I need an umbrella tomorrow")
+
+
+def test_the_index_is_built_once_per_catalog_content(catalog500: Catalog) -> None:
+    builder = PromptBuilder()
+    first = builder.selection_index(catalog500.snapshot(), True)
+    assert builder.selection_index(catalog500.snapshot(), True) is first  # same objects
+    changed = catalog500.snapshot()
+    changed.add_function(lambda: {}, tool="units", capability="new_one", description="New.")
+    assert builder.selection_index(changed, True) is not first
