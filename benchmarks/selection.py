@@ -29,6 +29,10 @@ Corpora:
   ``DIR/all_clean_data.csv`` (Query,Tool: single-tool questions) and
   ``DIR/multi_tool_query_golden.json`` (``[{"query", "tool": [...]}]``); each tool is one
   capability ``<tool>.<tool>``. ``--sample N`` keeps N single-tool questions (seeded);
+* ``--data restbench:DIR``: RestBench (Song et al., 2023, in RestGPT's repository,
+  github.com/Yifan-Song793/RestGPT): ``DIR/specs/{tmdb,spotify}_oas.json`` and
+  ``DIR/datasets/{tmdb,spotify}.json``; questions written by people, most needing
+  several calls;
 * ``--data jsonl:DIR``: any corpus as ``DIR/tools.jsonl`` (one capability a line:
   ``{"tool", "name", "description", "input_schema" or "parameters", "tool_description"?}``)
   and ``DIR/questions.jsonl`` (``{"question", "capabilities": ["tool.name", ...],
@@ -114,6 +118,45 @@ def load_metatool(path: Path, sample: int | None, seed: int) -> Corpus:
             if all(t in keys for t in item["tool"]):
                 corpus.questions.append(Question(item["query"], [keys[t] for t in item["tool"]],
                                                  "metatool/multi"))
+    return corpus
+
+
+_METHODS = ("get", "post", "put", "patch", "delete")
+
+
+def load_restbench(path: Path) -> Corpus:
+    """RestBench (Song et al., 2023, RestGPT's repository): ``specs/<api>_oas.json``
+    (OpenAPI documents) and ``datasets/<api>.json`` (``[{"query", "solution": ["GET
+    /path", ...]}]``), for ``tmdb`` and ``spotify``. Each operation is one capability named
+    ``<operationId>`` (or method and path), its parameters those of the path and the
+    operation; questions whose solution names an operation the document lacks are left out."""
+    corpus = Corpus()
+    for api in ("tmdb", "spotify"):
+        spec = json.loads((path / "specs" / f"{api}_oas.json").read_text("utf-8"))
+        keys = {}
+        for route, item in spec.get("paths", {}).items():
+            for method in _METHODS:
+                op = item.get(method)
+                if not isinstance(op, dict):
+                    continue
+                params = [p for p in [*item.get("parameters", []), *op.get("parameters", [])]
+                          if isinstance(p, dict) and "name" in p]
+                name = ident(op.get("operationId") or f"{method}_{route}")
+                description = ". ".join(t.strip() for t in (op.get("summary", ""),
+                                                            op.get("description", "")) if t)
+                corpus.capabilities.append({
+                    "tool": api, "name": name, "description": description,
+                    "input_schema": {"type": "object", "properties": {
+                        p["name"]: {"type": (p.get("schema") or {}).get("type", "string"),
+                                    "description": p.get("description", "")} for p in params},
+                        "required": [p["name"] for p in params if p.get("required")]}})
+                keys[f"{method.upper()} {route}"] = f"{api}.{name}"
+        for item in json.loads((path / "datasets" / f"{api}.json").read_text("utf-8")):
+            solution = [keys.get(" ".join(s.split())) for s in item["solution"]]
+            if all(solution):
+                gold = sorted(set(filter(None, solution)))
+                corpus.questions.append(Question(
+                    item["query"], gold, f"restbench/{'multi' if len(gold) > 1 else 'single'}"))
     return corpus
 
 
@@ -368,11 +411,16 @@ def _corpora(specs: list[str], sample: int | None, seed: int) -> tuple[list[Corp
             corpora.append(load_metatool(path, sample, seed))
             sources.append(f"MetaTool ({path.name}, {sample or 'all'} single-tool questions "
                            f"sampled with seed {seed}, all multi-tool ones)")
+        elif kind == "restbench":
+            corpora.append(load_restbench(path))
+            sources.append("RestBench (TMDB and Spotify OpenAPI documents, human-written "
+                           "questions)")
         elif kind == "jsonl":
             corpora.append(load_jsonl(path, path.name))
             sources.append(f"{path.name} (jsonl)")
         else:
-            raise SystemExit(f"--data {spec!r}: expected metatool:DIR or jsonl:DIR")
+            raise SystemExit(f"--data {spec!r}: expected metatool:DIR, restbench:DIR or "
+                             "jsonl:DIR")
     return corpora, sources
 
 
@@ -382,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_report_arguments(parser)
     parser.add_argument("--data", action="append", default=[],
-                        help="metatool:DIR or jsonl:DIR (repeatable; pooled)")
+                        help="metatool:DIR, restbench:DIR or jsonl:DIR (repeatable; pooled)")
     parser.add_argument("--sample", type=int, default=2000,
                         help="single-tool MetaTool questions kept (2000)")
     parser.add_argument("--seed", type=int, default=7)
