@@ -103,7 +103,8 @@ class OrchestratorConfig(BaseSettings):
     planner_prompt_budget_chars: int = Field(
         24_000, ge=2000,
         description="Largest first planner prompt (system + user, in characters); a larger "
-        "catalog is cut to the capabilities most relevant to the query (BM25).",
+        "catalog is cut to the capabilities most relevant to the query (fielded BM25), "
+        "the next ones listed by name.",
     )
     planner_max_capabilities: int | None = Field(
         None, ge=1, description="Most capabilities shown to the planner with their full "

@@ -59,6 +59,9 @@ PREFIX_WEIGHT = 0.5
 """Weight of an index term matched by prefix rather than whole (measured)."""
 RELATED_WEIGHT = 0.3
 """Weight of a word of the same need (:mod:`planners._lexicon`) as a query word (measured)."""
+COMMON_SHARE = 0.1
+"""Share of capabilities above which a term is too common to score (large catalogs)."""
+_COMMON_MIN_SIZE = 500
 _PREFIX_MIN = 4
 _PREFIX_FANOUT = 16  # longest run of index terms one prefix may reach
 
@@ -204,10 +207,21 @@ class CatalogIndex:
         return {**extra, **terms}
 
     def scores(self, query: str) -> dict[int, float]:
-        """Position → score for every capability sharing a term with ``query``."""
+        """Position → score for every capability sharing a term with ``query``.
+
+        Terms found in more than :data:`COMMON_SHARE` of a large catalog ("returns",
+        "list") are left out when the query has rarer ones: their idf is small, and
+        walking their postings would cost most of the time at 10,000 capabilities."""
+        terms = {t: w for t, w in self.query_terms(query).items() if t in self.postings}
+        n = len(self.capabilities)
+        if n >= _COMMON_MIN_SIZE:
+            common = n * COMMON_SHARE
+            rare = {t: w for t, w in terms.items() if len(self.postings[t]) <= common}
+            if rare:
+                terms = rare
         totals: dict[int, float] = defaultdict(float)
-        for term, weight in self.query_terms(query).items():
-            for position, value in self.postings.get(term, ()):
+        for term, weight in terms.items():
+            for position, value in self.postings[term]:
                 totals[position] += value * weight
         return totals
 
