@@ -19,6 +19,7 @@ capabilities, against tens of milliseconds to rebuild and score every document.
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 from bisect import bisect_left
@@ -27,6 +28,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import islice
+from operator import itemgetter
 from typing import Any
 
 import snowballstemmer
@@ -59,6 +61,9 @@ PREFIX_WEIGHT = 0.5
 """Weight of an index term matched by prefix rather than whole (measured)."""
 RELATED_WEIGHT = 0.3
 """Weight of a word of the same need (:mod:`planners._lexicon`) as a query word (measured)."""
+RANKED_DEPTH = 1000
+"""Most capabilities :meth:`CatalogIndex.ranked` orders by score (the rest follow in
+catalog order): a prompt shows a few hundred at most."""
 COMMON_SHARE = 0.1
 """Share of capabilities above which a term is too common to score (large catalogs)."""
 _COMMON_MIN_SIZE = 500
@@ -177,6 +182,7 @@ class CatalogIndex:
             self.postings[term] = [(p, idf * tf * (k1 + 1) / (tf + k1)) for p, tf in entries]
 
         self.vocabulary = sorted(self.postings)
+        self._dense: dict[str, dict[int, float]] = {}
 
     def __len__(self) -> int:
         return len(self.capabilities)
@@ -209,21 +215,37 @@ class CatalogIndex:
     def scores(self, query: str) -> dict[int, float]:
         """Position → score for every capability sharing a term with ``query``.
 
-        Terms found in more than :data:`COMMON_SHARE` of a large catalog ("returns",
-        "list") are left out when the query has rarer ones: their idf is small, and
-        walking their postings would cost most of the time at 10,000 capabilities."""
+        In a large catalog, terms found in more than :data:`COMMON_SHARE` of it ("returns",
+        "list") only add to the capabilities the query's rarer terms found, when it has
+        some: walking their whole postings would cost most of the time at 10,000
+        capabilities, and a capability matching nothing but common words ranks low anyway.
+        """
         terms = {t: w for t, w in self.query_terms(query).items() if t in self.postings}
-        n = len(self.capabilities)
-        if n >= _COMMON_MIN_SIZE:
-            common = n * COMMON_SHARE
-            rare = {t: w for t, w in terms.items() if len(self.postings[t]) <= common}
+        common: dict[str, float] = {}
+        if len(self.capabilities) >= _COMMON_MIN_SIZE:
+            limit = len(self.capabilities) * COMMON_SHARE
+            rare = {t: w for t, w in terms.items() if len(self.postings[t]) <= limit}
             if rare:
+                common = {t: w for t, w in terms.items() if t not in rare}
                 terms = rare
         totals: dict[int, float] = defaultdict(float)
         for term, weight in terms.items():
             for position, value in self.postings[term]:
                 totals[position] += value * weight
+        for term, weight in common.items():
+            values = self._by_position(term)
+            for position in totals:
+                extra = values.get(position)
+                if extra is not None:
+                    totals[position] += extra * weight
         return totals
+
+    def _by_position(self, term: str) -> dict[int, float]:
+        """A common term's postings as a dict, made on first use and kept."""
+        found = self._dense.get(term)
+        if found is None:
+            found = self._dense[term] = dict(self.postings[term])
+        return found
 
     def ranked(self, query: str, totals: Mapping[int, float] | None = None) -> list[int]:
         """Positions of the capabilities sharing a term with ``query``, best first, ties
@@ -231,6 +253,9 @@ class CatalogIndex:
         ``totals``: :meth:`scores` of ``query`` when the caller has them already."""
         if totals is None:
             totals = self.scores(query)
+        if len(totals) > RANKED_DEPTH:  # no prompt holds more: skip sorting the tail
+            best = heapq.nlargest(RANKED_DEPTH, totals.items(), key=itemgetter(1))
+            return [p for p, _ in sorted(best, key=lambda item: (-item[1], item[0]))]
         return sorted(totals, key=lambda p: (-totals[p], p))
 
     def order(self, ranked: Sequence[int]) -> Iterator[int]:
