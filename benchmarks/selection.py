@@ -385,6 +385,7 @@ def render(argv: list[str], facts: dict[str, Any], sources: list[str], catalog_s
         "scripted planner (told what the user needs) stopped asking "
         "(ORCH_PLANNER_CATALOG_REQUESTS=2); *asked*: share of questions where it asked. "
         "Prompt sizes are characters of the first request and of the last one.\n")
+    parts.append(_DATA_NOTE)
     headers = ["questions", "n", "in full %", "named %", "after asking %", "asked %",
                "first prompt chars", "last prompt chars"]
     table = [[r["kind"], f"{r['n']:,}", f"{r['full']:.1f}", f"{r['named']:.1f}",
@@ -400,6 +401,18 @@ def render(argv: list[str], facts: dict[str, Any], sources: list[str], catalog_s
                  "business operations to the size shown.\n")
     parts.append(common.md_table(headers, table) + "\n")
     return "\n".join(parts)
+
+
+_DATA_NOTE = (
+    "Data (not in this repository: each `DIR` is a local copy): `metatool:DIR` holds "
+    "`plugin_des.json`, `all_clean_data.csv` and `multi_tool_query_golden.json` from the "
+    "`dataset/` folder of github.com/HowieHwong/MetaTool (MIT); `restbench:DIR` holds "
+    "`specs/` and `datasets/` of github.com/Yifan-Song793/RestGPT. MetaTool's questions "
+    "were written by an LLM from the tool descriptions; RestBench's by people. "
+    "`planners/_lexicon.py` was written after reading about 15 of MetaTool's misses, so "
+    "MetaTool's figures flatter it; RestBench was not looked at for it. *after asking* "
+    "measures the mechanism with a planner that knows what it needs (it searches with the "
+    "first line of the capability's description), not a real model's wording.\n")
 
 
 def _corpora(specs: list[str], sample: int | None, seed: int) -> tuple[list[Corpus], list[str]]:
