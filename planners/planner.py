@@ -208,7 +208,9 @@ class Planner:
         try:
             ranker = self._semantic_ranker(config)
             order = await ranker.order(prompt.index, query)
-        except (LLMError, ImportError) as exc:
+        except (LLMError, ImportError, NotImplementedError) as exc:
+            # NotImplementedError: a loop without sockets or threads (a Temporal
+            # workflow's), where planning stays lexical
             observation.set("dagwright.catalog.ranking", "lexical")
             observation.span.add_event("catalog_ranking_failed", {
                 "error": f"{type(exc).__name__}: {exc}"[:500]})

@@ -165,12 +165,17 @@ class PromptBuilder:
 
     async def prepare(self, catalog: Catalog, config: OrchestratorConfig) -> None:
         """Build the selection index off the event loop when the catalog changed (a
-        10,000-capability index takes about a second to build)."""
+        10,000-capability index takes about a second to build); on a loop that has no
+        threads to offer (a Temporal workflow's), build it in place: it is pure
+        computation, so a replay builds the same."""
         guidance = config.prompt_type_guidance
         caps = list(catalog)
         index = self._indexes.get(guidance)
         if index is None or not index.serves(caps, catalog.tools):
-            await asyncio.to_thread(self.selection_index, catalog, guidance, caps)
+            try:
+                await asyncio.to_thread(self.selection_index, catalog, guidance, caps)
+            except NotImplementedError:  # a loop without threads: a Temporal workflow's
+                self.selection_index(catalog, guidance, caps)
 
     def plan_prompt(
         self, query: str, catalog: Catalog, config: OrchestratorConfig, *,
