@@ -103,10 +103,34 @@ class OrchestratorConfig(BaseSettings):
     planner_prompt_budget_chars: int = Field(
         24_000, ge=2000,
         description="Largest first planner prompt (system + user, in characters); a larger "
-        "catalog is cut to the capabilities most relevant to the query (BM25).",
+        "catalog is cut to the capabilities most relevant to the query (fielded BM25), "
+        "the next ones listed by name.",
     )
     planner_max_capabilities: int | None = Field(
-        None, ge=1, description="Most capabilities shown to the planner (unset: budget only)."
+        None, ge=1, description="Most capabilities shown to the planner with their full "
+        "signature (unset: budget only)."
+    )
+    planner_catalog_requests: int = Field(
+        2, ge=0, le=5,
+        description="When the catalog is cut to fit the prompt, how many times the planner "
+        "may answer with a request for more capabilities (by name or search text) instead "
+        "of a plan; each is one more LLM call, counted in the run's LLM budget (0 = never).",
+    )
+    embeddings_base_url: str | None = Field(
+        None, description="OpenAI-compatible embeddings endpoint base (…/v1): with "
+        "ORCH_EMBEDDINGS_MODEL, a large catalog is also ranked by meaning and the two "
+        "rankings fused (unset: lexical ranking only).",
+    )
+    embeddings_model: str | None = Field(None, description="Embedding model name.")
+    embeddings_api_key: SecretStr | None = Field(
+        None, description="API key of the embeddings endpoint; never logged.")
+    embeddings_timeout_s: float = Field(
+        30.0, gt=0, description="Timeout of one embeddings HTTP call.")
+    embeddings_batch_size: int = Field(
+        128, ge=1, le=2048, description="Texts sent in one embeddings request.")
+    embeddings_cache: Path | None = Field(
+        None, description="SQLite file keeping capability vectors across restarts "
+        "(unset: kept in memory for the process's life).",
     )
     replan_max: int = Field(
         0, ge=0, description="Repair plans asked after steps fail for good (0 = no replanning)."

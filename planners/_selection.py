@@ -1,130 +1,223 @@
 """Large catalogs: choose which capabilities the planner sees, within a prompt budget.
 
-With hundreds of capabilities the full catalog no longer fits a prompt (or costs more
-than the plan is worth). The capabilities are ranked against the query with Okapi BM25
-over their names, descriptions and parameter names, and the best ones are offered until
-the budget is spent. The ranking is deterministic (ties keep catalog order), so the same
-query over the same catalog always yields the same prompt. A capability whose description
-names another one (``call stocks.lookup first``) pulls that one in right after it, since
-the planner will need both.
+With hundreds or thousands of capabilities the full catalog no longer fits a prompt (or
+costs more than the plan is worth). The capabilities are ranked against the query
+(:mod:`planners._ranking`: fielded BM25 over names, tool, descriptions and parameters)
+and shown in two tiers:
 
-BM25 is written out here (a few lines of arithmetic over token counts) rather than taken
-from a package: the maintained implementations bring numpy/scipy into a library whose
-catalogs have hundreds, not millions, of documents.
+* **full signatures** for the best ranked, until the budget less a reserve is spent;
+* a **compact index** — ``tool.capability`` and the first line of its description — for
+  the next best, in what is left, so the planner still knows they exist and can use them
+  or ask for their signatures (:mod:`planners._catalog_request`).
+
+The ranking is deterministic (ties keep catalog order), so the same query over the same
+catalog always yields the same prompt. A capability whose description names another one
+(``call stocks.lookup first``) pulls that one in right after it, since the planner will
+need both.
+
+Everything that does not depend on the query — the index, each capability's rendered
+block and its size, its compact line, the capabilities its description names — is built
+once per catalog content (:class:`SelectionIndex`) and reused by every run, so a
+selection costs the ranking plus a walk down the best few hundred.
 """
 
 from __future__ import annotations
 
-import math
+import operator
 import re
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from orchestration.capability import Capability
+from planners._ranking import CatalogIndex, tokenize
 
-_WORD = re.compile(r"[A-Za-z][a-z]+|[A-Z]+(?![a-z])|\d+")
-_STOPWORDS = frozenset({
-    "a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "get", "give", "in",
-    "into", "is", "it", "its", "me", "my", "of", "on", "or", "please", "the", "this", "to",
-    "what", "which", "with", "you", "your",
-})
+_SEPARATOR = 2  # the blank line between two capability blocks
+_COMPACT_LINE = 110  # longest compact entry's description, in characters
+_SKIPS = 8  # capabilities too large for what is left, passed over before giving up
 
-
-def tokenize(text: str) -> list[str]:
-    """Lower-case words of ``text``; camelCase and snake_case split, plurals folded."""
-    words = []
-    for raw in _WORD.findall(text):
-        word = raw.lower()
-        if word in _STOPWORDS:
-            continue
-        if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
-            word = word[:-1]
-        words.append(word)
-    return words
+COMPACT_SHARE = 0.3
+"""Share of the catalog budget kept for the compact index when not everything fits
+(measured with ``benchmarks/selection.py``)."""
 
 
-def _schema_words(schema: Any, depth: int = 0) -> Iterable[str]:
-    """Parameter names (nested ones too) and their descriptions."""
-    if not isinstance(schema, dict) or depth > 3:
-        return
-    props = schema.get("properties")
-    if isinstance(props, dict):
-        for name, sub in props.items():
-            yield str(name)
-            if isinstance(sub, dict):
-                if isinstance(sub.get("description"), str):
-                    yield sub["description"]
-                yield from _schema_words(sub, depth + 1)
-    items = schema.get("items")
-    if isinstance(items, dict):
-        yield from _schema_words(items, depth + 1)
+def first_line(text: str) -> str:
+    """The first sentence (or line) of a description, cut to :data:`_COMPACT_LINE`."""
+    text = " ".join(text.split())
+    match = re.search(r"(?<=[.!?])\s", text)
+    if match:
+        text = text[:match.start()]
+    if len(text) > _COMPACT_LINE:
+        text = text[:_COMPACT_LINE - 1].rstrip() + "…"
+    return text
 
 
-def capability_document(cap: Capability, tool_description: str = "") -> list[str]:
-    """The tokens BM25 indexes for a capability; names count twice (they are dense)."""
-    names = f"{cap.tool} {cap.name}"
-    text = " ".join([names, names, cap.description, tool_description,
-                     *_schema_words(cap.input_schema)])
-    return tokenize(text)
+def compact_entry(cap: Capability) -> str:
+    """One line of the compact index: ``- tool.capability: first line``."""
+    line = first_line(cap.description)
+    return f"- {cap.key}: {line}" if line else f"- {cap.key}"
 
 
-class BM25:
-    """Okapi BM25 (``k1``, ``b``) over pre-tokenised documents."""
+_FINDERS = frozenset(tokenize("search find list lookup query browse"))
 
-    def __init__(self, documents: Sequence[list[str]], *, k1: float = 1.5, b: float = 0.75) -> None:
-        self.k1, self.b = k1, b
-        self.counts = [Counter(doc) for doc in documents]
-        self.lengths = [len(doc) for doc in documents]
-        self.avg_length = (sum(self.lengths) / len(documents)) if documents else 0.0
-        df: Counter[str] = Counter()
-        for counts in self.counts:
-            df.update(counts.keys())
-        n = len(documents)
-        # The "+1" form keeps idf positive for terms found in most documents.
-        self.idf = {t: math.log(1 + (n - f + 0.5) / (f + 0.5)) for t, f in df.items()}
 
-    def scores(self, query: list[str]) -> list[float]:
-        terms = [t for t in dict.fromkeys(query) if t in self.idf]
-        out = []
-        for counts, length in zip(self.counts, self.lengths, strict=True):
-            norm = self.k1 * (1 - self.b + self.b * length / (self.avg_length or 1.0))
-            score = 0.0
-            for term in terms:
-                tf = counts.get(term, 0)
-                if tf:
-                    score += self.idf[term] * tf * (self.k1 + 1) / (tf + norm)
-            out.append(score)
-        return out
+def _id_entities(cap: Capability) -> list[str]:
+    """The things ``cap`` needs an id of: ``movie`` for a required ``movie_id``/``movieId``."""
+    schema = cap.input_schema if isinstance(cap.input_schema, dict) else {}
+    required = schema.get("required")
+    entities: list[str] = []
+    if not isinstance(required, list):
+        return entities
+    for name in required:
+        words = tokenize(str(name))
+        if len(words) >= 2 and words[-1] == "id":
+            entities.append(words[-2])
+    return entities
+
+
+def _id_producers(capabilities: Sequence[Capability]) -> list[list[int]]:
+    """For each capability, the capability of the same tool that finds what it needs an id
+    of (``tmdb.search_movie`` for ``tmdb.movie_credits(movie_id)``): the plan will need
+    both, and users rarely name the search step."""
+    finders: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for position, cap in enumerate(capabilities):
+        words = set(tokenize(cap.name))
+        if words & _FINDERS:
+            needs = set(_id_entities(cap))
+            for word in words - _FINDERS - needs:
+                finders[(cap.tool, word)].append(position)
+    out: list[list[int]] = []
+    for position, cap in enumerate(capabilities):
+        found = []
+        for entity in _id_entities(cap):
+            candidates = [p for p in finders.get((cap.tool, entity), ()) if p != position]
+            if candidates:  # the most specific: the shortest name
+                found.append(min(candidates, key=lambda p: (len(capabilities[p].name), p)))
+        out.append(found)
+    return out
+
+
+def _mentioned_keys(cap: Capability, keys: Mapping[str, int]) -> list[int]:
+    """Positions of the capabilities whose ``tool.name`` key ``cap``'s description names."""
+    found = re.findall(r"[A-Za-z_][A-Za-z0-9_-]*\.[A-Za-z_][A-Za-z0-9_.-]*", cap.description)
+    return [keys[k] for k in dict.fromkeys(w.rstrip(".") for w in found)
+            if k in keys and k != cap.key]
+
+
+class SelectionIndex:
+    """What selection needs of one catalog, worked out once and reused across runs.
+
+    Blocks are rendered on first use (rendering resolves ``$ref``s and walks schemas,
+    ~0.4 ms a capability), so a 10,000-capability catalog renders only the few hundred
+    that ever rank high, and each only once.
+    """
+
+    def __init__(
+        self,
+        capabilities: Sequence[Capability],
+        tool_descriptions: Mapping[str, str] | None,
+        render: Callable[[Capability], str],
+    ) -> None:
+        self.capabilities = list(capabilities)
+        self.tool_descriptions = dict(tool_descriptions or {})
+        self.render = render
+        self.ranking = CatalogIndex(self.capabilities, tool_descriptions)
+        self.keys = [c.key for c in self.capabilities]
+        self.positions = {k: i for i, k in enumerate(self.keys)}
+        self.compact = [compact_entry(c) for c in self.capabilities]
+        producers = _id_producers(self.capabilities)
+        self.mentions = [list(dict.fromkeys([*_mentioned_keys(c, self.positions), *producers[i]]))
+                         for i, c in enumerate(self.capabilities)]
+        self._blocks: dict[int, str] = {}
+        self._fits: dict[int, bool] = {}  # budget -> whether the whole catalog fits
+
+    def block(self, position: int) -> str:
+        text = self._blocks.get(position)
+        if text is None:
+            text = self._blocks[position] = self.render(self.capabilities[position])
+        return text
+
+    def size(self, position: int) -> int:
+        return len(self.block(position)) + _SEPARATOR
+
+    def serves(self, capabilities: Sequence[Capability], tool_descriptions: Mapping[str, str]
+               ) -> bool:
+        """Whether this index was built from these very capability objects (a refresh or
+        an edit replaces them) and tool descriptions: ~0.3 ms at 10,000 capabilities."""
+        return (len(capabilities) == len(self.capabilities)
+                and all(map(operator.is_, capabilities, self.capabilities))
+                and tool_descriptions == self.tool_descriptions)
+
+    def fits_whole(self, budget: int) -> bool:
+        """Whether every block fits ``budget`` (renders only until it cannot)."""
+        known = self._fits.get(budget)
+        if known is None:
+            used = -_SEPARATOR
+            for position in range(len(self.capabilities)):
+                used += self.size(position)
+                if used > budget:
+                    break
+            known = self._fits[budget] = used <= budget
+        return known
 
 
 @dataclass
 class Selection:
     """Which capabilities the prompt offers and which it leaves out, and why."""
 
-    offered: list[Capability]
-    omitted: list[Capability]
+    offered: list[Capability]  # shown with their full signature, in catalog order
     rendered: dict[str, str]  # capability key -> its rendered block, for the offered ones
-    catalog_chars: int  # length of the catalog section as rendered
+    catalog_chars: int  # length of the full-signature section as rendered
     budget_chars: int  # what the catalog section was allowed
     ranked: bool  # False when the whole catalog fitted and no ranking was needed
-    scores: dict[str, float] = field(default_factory=dict)
+    catalog: Sequence[Capability] = ()  # every capability, in catalog order
+    scores: dict[str, float] = field(default_factory=dict)  # of those shown
+    compact: list[Capability] = field(default_factory=list)  # listed by name and one line
+    compact_lines: list[str] = field(default_factory=list)
 
     @property
     def text(self) -> str:
         return "\n\n".join(self.rendered[c.key] for c in self.offered)
 
+    @property
+    def compact_text(self) -> str:
+        return "\n".join(self.compact_lines)
+
+    @property
+    def shown(self) -> list[Capability]:
+        """Every capability the prompt names: full signatures, then the compact index."""
+        return [*self.offered, *self.compact]
+
+    @property
+    def omitted_count(self) -> int:
+        """Capabilities not shown in full (those in the compact index included)."""
+        return len(self.catalog) - len(self.offered)
+
+    @property
+    def omitted(self) -> list[Capability]:
+        """The capabilities not shown in full, in catalog order (built on demand: at
+        10,000 capabilities the list costs more than the rest of a selection)."""
+        return [c for c in self.catalog if c.key not in self.rendered]
+
     def trace_attributes(self, limit: int = 50) -> dict[str, Any]:
-        """Bounded span attributes: counts, and the first ``limit`` omitted names."""
-        names = [c.key for c in self.omitted]
-        shown = ",".join(names[:limit])
-        if len(names) > limit:
-            shown += f",… (+{len(names) - limit})"
+        """Bounded span attributes: counts, and the first ``limit`` names left out."""
+        listed = {c.key for c in self.compact}
+        unlisted = self.omitted_count - len(self.compact)
+        names: list[str] = []
+        for cap in self.catalog:
+            if len(names) >= limit:
+                break
+            if cap.key not in self.rendered and cap.key not in listed:
+                names.append(cap.key)
+        shown = ",".join(names)
+        if unlisted > limit:
+            shown += f",… (+{unlisted - limit})"
         return {
-            "catalog.size": len(self.offered) + len(self.omitted),
+            "catalog.size": len(self.catalog),
             "catalog.offered": len(self.offered),
-            "catalog.omitted": len(self.omitted),
+            "catalog.compact": len(self.compact),
+            "catalog.omitted": self.omitted_count,
             "catalog.omitted_names": shown,
             "catalog.chars": self.catalog_chars,
             "catalog.budget_chars": self.budget_chars,
@@ -132,7 +225,78 @@ class Selection:
         }
 
 
-_SEPARATOR = 2  # the blank line between two capability blocks
+def select(
+    index: SelectionIndex,
+    query: str,
+    *,
+    budget_chars: int,
+    max_capabilities: int | None = None,
+    compact_share: float = COMPACT_SHARE,
+    order: Sequence[int] | None = None,
+) -> Selection:
+    """The capabilities to show for ``query``: all if they fit, else the most relevant in
+    full and the next ones in the compact index.
+
+    ``order`` replaces the lexical ranking (a fused hybrid ranking, say). Always offers at
+    least one capability in full (the best ranked), even when it alone exceeds
+    ``budget_chars``: a prompt without any capability cannot produce a plan.
+    """
+    caps = index.capabilities
+    limit = max_capabilities if max_capabilities is not None else len(caps)
+    if len(caps) <= limit and index.fits_whole(budget_chars):
+        rendered = {c.key: index.block(i) for i, c in enumerate(caps)}
+        used = sum(len(t) + _SEPARATOR for t in rendered.values()) - _SEPARATOR
+        return Selection(list(caps), rendered, max(used, 0), budget_chars, False, caps)
+
+    totals = index.ranking.scores(query)
+    ranked = index.ranking.ranked(query, totals) if order is None else order
+    full_budget = int(budget_chars * (1 - compact_share))
+
+    chosen: list[int] = []
+    taken: set[int] = set()
+    used = -_SEPARATOR
+    skips = 0
+
+    def take(position: int) -> bool:
+        nonlocal used
+        if position in taken or len(chosen) >= limit:
+            return False
+        cost = index.size(position)
+        if chosen and used + cost > full_budget:
+            return False
+        chosen.append(position)
+        taken.add(position)
+        used += cost
+        return True
+
+    for position in index.ranking.order(ranked):
+        if take(position):
+            for other in index.mentions[position]:
+                take(other)
+        elif position not in taken:
+            skips += 1
+            if len(chosen) >= limit or skips > _SKIPS:
+                break
+    # the compact index: the next best, best first, while they fit
+    compact: list[int] = []
+    left = budget_chars - max(used, 0)
+    for position in index.ranking.order(ranked):
+        if position in taken:
+            continue
+        cost = len(index.compact[position]) + 1
+        if cost > left:
+            break
+        compact.append(position)
+        taken.add(position)
+        left -= cost
+
+    full = sorted(chosen)  # catalog order reads better
+    keys = index.keys
+    return Selection(
+        [caps[i] for i in full], {keys[i]: index.block(i) for i in full}, max(used, 0),
+        budget_chars, True, caps,
+        {keys[p]: totals[p] for p in (*full, *compact) if p in totals},
+        [caps[i] for i in compact], [index.compact[i] for i in compact])
 
 
 def select_capabilities(
@@ -143,59 +307,9 @@ def select_capabilities(
     budget_chars: int,
     max_capabilities: int | None = None,
     tool_descriptions: dict[str, str] | None = None,
+    compact_share: float = COMPACT_SHARE,
 ) -> Selection:
-    """The capabilities to show for ``query``: all if they fit, else the most relevant.
-
-    Always offers at least one capability (the best ranked), even when it alone exceeds
-    ``budget_chars``: a prompt without any capability cannot produce a plan.
-    """
-    rendered = {c.key: render(c) for c in capabilities}
-    sizes = {key: len(text) + _SEPARATOR for key, text in rendered.items()}
-    total = sum(sizes.values()) - (_SEPARATOR if capabilities else 0)
-    limit = max_capabilities if max_capabilities is not None else len(capabilities)
-    if total <= budget_chars and len(capabilities) <= limit:
-        return Selection(list(capabilities), [], rendered, max(total, 0), budget_chars, False)
-
-    descriptions = tool_descriptions or {}
-    index = BM25([capability_document(c, descriptions.get(c.tool, "")) for c in capabilities])
-    raw = index.scores(tokenize(query))
-    scores = {c.key: s for c, s in zip(capabilities, raw, strict=True)}
-    order = sorted(range(len(capabilities)), key=lambda i: (-raw[i], i))
-    by_key = {c.key: c for c in capabilities}
-
-    chosen: list[Capability] = []
-    chosen_keys: set[str] = set()
-    used = 0
-
-    def take(cap: Capability) -> bool:
-        nonlocal used
-        if cap.key in chosen_keys or len(chosen) >= limit:
-            return False
-        cost = sizes[cap.key]
-        if chosen and used + cost - _SEPARATOR > budget_chars:
-            return False
-        chosen.append(cap)
-        chosen_keys.add(cap.key)
-        used += cost
-        return True
-
-    for i in order:
-        cap = capabilities[i]
-        if take(cap):
-            for other in _mentioned(cap, by_key):
-                take(other)
-        if len(chosen) >= limit:
-            break
-    chosen_keys = {c.key for c in chosen}
-    offered = [c for c in capabilities if c.key in chosen_keys]  # catalog order reads better
-    omitted = [c for c in capabilities if c.key not in chosen_keys]
-    kept = {c.key: rendered[c.key] for c in offered}
-    return Selection(offered, omitted, kept, max(used - _SEPARATOR, 0), budget_chars, True,
-                     scores)
-
-
-def _mentioned(cap: Capability, by_key: dict[str, Capability]) -> list[Capability]:
-    """Capabilities whose ``tool.name`` key appears in ``cap``'s description."""
-    found = re.findall(r"[A-Za-z_][A-Za-z0-9_-]*\.[A-Za-z_][A-Za-z0-9_.-]*", cap.description)
-    return [by_key[k] for k in dict.fromkeys(w.rstrip(".") for w in found)
-            if k in by_key and k != cap.key]
+    """:func:`select` over an index built for this call alone (tests, one-off use)."""
+    index = SelectionIndex(capabilities, tool_descriptions, render)
+    return select(index, query, budget_chars=budget_chars, max_capabilities=max_capabilities,
+                  compact_share=compact_share)

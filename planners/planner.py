@@ -48,13 +48,22 @@ from orchestration.errors import (
     PlanValidationError,
 )
 from orchestration.llm.base import LLMRequest, LLMResponse
+from orchestration.llm.embeddings import EmbeddingCache, EmbeddingsClient
 from orchestration.plan import ValidatedPlan, validate_plan
 from orchestration.services import RunServices
 from orchestration.state import RunState
 from orchestration.telemetry._observer import PlanningObservation
+from planners._catalog_request import (
+    CatalogAnswer,
+    CatalogRequest,
+    allow_request,
+    answer_request,
+    parse_request,
+)
 from planners._plan_stream import PlanStream, StepListener
 from planners._references import check_reference_paths
 from planners._selection import Selection
+from planners._semantic import SemanticRanker
 from planners.feedback import DefaultFeedbackFormatter, FeedbackFormatter, PlanFeedback
 from planners.parsing import parse_plan, plan_response_schema
 from planners.prompt import BuiltPrompt, PlannerTemplates, PromptBuilder
@@ -107,6 +116,7 @@ class Planner:
         self.feedback: FeedbackFormatter = feedback or DefaultFeedbackFormatter()
         self.structured_output = structured_output
         self.check_references = check_references
+        self._semantic: tuple[tuple[Any, ...], SemanticRanker] | None = None
 
     # --- public -----------------------------------------------------------------------
     def build_prompt(self, query: str, services: RunServices) -> BuiltPrompt:
@@ -118,7 +128,7 @@ class Planner:
         wanted = self.structured_output
         if wanted is None:
             wanted = services.config.llm_structured_output != "none"
-        return plan_response_schema(selection.offered) if wanted else None
+        return plan_response_schema(selection.shown) if wanted else None
 
     async def plan(
         self, run: RunState, services: RunServices, *, listener: StepListener | None = None
@@ -143,7 +153,9 @@ class Planner:
             return validated
 
         with services.observer.planning(run.run_id, "plan") as observation:
-            prompt = self.build_prompt(run.query, services)
+            await self.prompts.prepare(catalog, config)
+            prompt = await self._hybrid(run.query, services, self.build_prompt(
+                run.query, services), observation)
             if listener is not None:
                 observation.set("dagwright.plan.streamed", True)
             validated = await self._converse(services, "plan", prompt, accept, observation,
@@ -177,12 +189,45 @@ class Planner:
             "dagwright.replan.round": situation.round,
             "dagwright.replan.open_steps": ",".join(situation.open_ids),
         }) as observation:
+            await self.prompts.prepare(catalog, config)
             prompt = self.prompts.replan_prompt(
                 run.query, catalog, config, search_text=situation.search_text(run.query),
                 taken_ids=sorted(situation.steps), blocks=blocks)
             repair = await self._converse(services, "replan", prompt, accept, observation)
             observation.set("dagwright.plan.steps", len(repair.steps) if repair else 0)
             return repair
+
+    async def _hybrid(self, query: str, services: RunServices, prompt: BuiltPrompt,
+                      observation: PlanningObservation) -> BuiltPrompt:
+        """``prompt`` again with the lexical and semantic rankings fused, when the catalog
+        was cut and ``ORCH_EMBEDDINGS_*`` is set; ``prompt`` itself when either is not so
+        or the embeddings fail (recorded as a ``catalog_ranking_failed`` event)."""
+        config = services.config
+        if prompt.index is None or not (config.embeddings_base_url and config.embeddings_model):
+            return prompt
+        try:
+            ranker = self._semantic_ranker(config)
+            order = await ranker.order(prompt.index, query)
+        except (LLMError, ImportError, NotImplementedError) as exc:
+            # NotImplementedError: a loop without sockets or threads (a Temporal
+            # workflow's), where planning stays lexical
+            observation.set("dagwright.catalog.ranking", "lexical")
+            observation.span.add_event("catalog_ranking_failed", {
+                "error": f"{type(exc).__name__}: {exc}"[:500]})
+            return prompt
+        observation.set("dagwright.catalog.ranking", "hybrid")
+        return self.prompts.plan_prompt(query, services.catalog, config, order=order)
+
+    def _semantic_ranker(self, config: Any) -> SemanticRanker:
+        """The ranker for the configured endpoint, made once (its vectors with it)."""
+        settings = (config.embeddings_base_url, config.embeddings_model,
+                    config.embeddings_cache)
+        if self._semantic is None or self._semantic[0] != settings:
+            client = EmbeddingsClient.from_config(config)
+            assert client is not None  # _hybrid checked the settings
+            self._semantic = (settings, SemanticRanker(client, EmbeddingCache(
+                config.embeddings_cache)))
+        return self._semantic[1]
 
     # --- the attempt loop ---------------------------------------------------------------
     async def _converse(
@@ -197,10 +242,17 @@ class Planner:
         selection = prompt.selection
         observation.selection(selection.trace_attributes(), prompt.chars)
         schema = self.response_schema(services, selection)
+        if schema is not None and prompt.requests_allowed > 0:
+            schema = allow_request(schema)
         messages = list(prompt.messages)
         attempts: list[PlanningAttempt] = []
         tries = services.config.planner_max_retries + 1
-        for number in range(1, tries + 1):
+        requests_left = prompt.requests_allowed
+        shown = [c.key for c in selection.shown]
+        sent_in_full = {c.key for c in selection.offered}
+        number = 0
+        while number < tries:
+            number += 1
             request = LLMRequest(purpose=purpose, messages=list(messages),
                                  response_schema=schema, schema_name="plan")
             try:
@@ -224,7 +276,33 @@ class Planner:
                 messages.append({"role": "user", "content": self.feedback.format(feedback)})
                 continue
 
+            wanted = (parse_request(response.content, services.config.max_json_depth)
+                      if prompt.index is not None and response.finish_reason != "length"
+                      else None)
+            if wanted is not None and requests_left > 0:
+                requests_left -= 1
+                number -= 1  # a catalog request is not a failed attempt
+                answer = answer_request(wanted, prompt.index, sent_in_full)  # type: ignore[arg-type]
+                sent_in_full.update(c.key for c in answer.capabilities)
+                shown.extend(c.key for c in answer.capabilities if c.key not in shown)
+                _record_request(observation, prompt.requests_allowed - requests_left, wanted,
+                                answer, requests_left)
+                if schema is not None:
+                    keys = set(shown)
+                    schema = plan_response_schema(
+                        [c for c in prompt.index.capabilities if c.key in keys])  # type: ignore[union-attr]
+                    if requests_left > 0:
+                        schema = allow_request(schema)
+                messages.append({"role": "assistant", "content": response.content[:_ECHO_LIMIT]})
+                messages.append({"role": "user", "content": self.prompts.request_answer(
+                    answer.capabilities, _answer_notes(wanted, answer),
+                    services.config.prompt_type_guidance, requests_left)})
+                continue
             try:
+                if wanted is not None:
+                    raise _Rejected(PlanFeedback(
+                        "malformed", "no more catalog requests can be answered: answer with "
+                        "the plan, using the capabilities already shown", number, purpose))
                 if response.finish_reason == "length":
                     raise _Rejected(PlanFeedback(
                         "length", "the answer was cut off at the output length limit "
@@ -283,6 +361,34 @@ class Planner:
                                            f"{reader.doomed}")
         raise LLMError(LLMErrorKind.MALFORMED, "the plan stream ended without its final "
                        "response", provider=str(getattr(services.llm.client, "provider", "")))
+
+
+def _answer_notes(wanted: CatalogRequest, answer: CatalogAnswer) -> list[str]:
+    notes = []
+    if answer.unknown:
+        notes.append(f"Not in the catalog: {', '.join(answer.unknown)}.")
+    if answer.already:
+        notes.append(f"Already shown above: {', '.join(answer.already)}.")
+    if answer.searched:
+        notes.append(f"The last {len(answer.searched)} are the best matches for your search "
+                     "text not shown before.")
+    elif wanted.search:
+        notes.append("No capability not shown before matches your search text.")
+    return notes
+
+
+def _record_request(observation: PlanningObservation, round_: int, wanted: CatalogRequest,
+                    answer: CatalogAnswer, left: int) -> None:
+    """The ``catalog_request`` event on the plan span: what was asked and what was sent."""
+    observation.span.add_event("catalog_request", {
+        "dagwright.request.round": round_,
+        "dagwright.request.names": ",".join(wanted.names)[:2000],
+        "dagwright.request.search": wanted.search[:500],
+        "dagwright.request.sent": ",".join(c.key for c in answer.capabilities)[:2000],
+        "dagwright.request.unknown": ",".join(answer.unknown)[:2000],
+        "dagwright.request.left": left,
+    })
+    observation.set("dagwright.catalog.requests", round_)
 
 
 def _parse(text: str, max_depth: int) -> Any:

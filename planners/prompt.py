@@ -10,7 +10,9 @@ than in the middle of a run.
 
 from __future__ import annotations
 
+import asyncio
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from functools import partial
 from importlib import resources
@@ -21,7 +23,7 @@ from typing import Any
 from orchestration._text import data_block
 from orchestration.catalog import Capability, Catalog
 from orchestration.config import OrchestratorConfig
-from planners._selection import Selection, select_capabilities
+from planners._selection import Selection, SelectionIndex, select
 from planners.signatures import SignatureRenderer, render_raw_capability
 
 __all__ = [
@@ -39,6 +41,8 @@ TEMPLATE_FIELDS: dict[str, frozenset[str]] = {
     "example": frozenset(),
     "replan_system": frozenset({"type_rules", "capabilities", "omitted_note", "taken_ids"}),
     "replan_user": frozenset({"query", "plan", "completed", "failures", "skipped"}),
+    "request_note": frozenset({"rounds"}),
+    "request_answer": frozenset({"capabilities", "notes", "more"}),
 }
 """Each template and the placeholders it may use."""
 
@@ -58,7 +62,9 @@ class PlannerTemplates:
 
     ``system``/``user``: the plan request. ``type_rules`` and ``example`` are inserted
     only while ``prompt_type_guidance`` is on. ``replan_system``/``replan_user``: the
-    repair request after steps failed for good.
+    repair request after steps failed for good. ``request_note``: how the planner may ask
+    for capabilities left out of a large catalog (added to the omitted note);
+    ``request_answer``: the engine's reply to such a request.
     """
 
     system: str = _default("system")
@@ -67,6 +73,8 @@ class PlannerTemplates:
     example: str = _default("example")
     replan_system: str = _default("replan_system")
     replan_user: str = _default("replan_user")
+    request_note: str = _default("request_note")
+    request_answer: str = _default("request_answer")
 
     def __post_init__(self) -> None:
         for name, allowed in TEMPLATE_FIELDS.items():
@@ -107,6 +115,8 @@ class BuiltPrompt:
 
     messages: list[dict[str, str]]
     selection: Selection
+    index: SelectionIndex | None = None  # what the selection was made from (ranked only)
+    requests_allowed: int = 0  # catalog requests the prompt invited
 
     @property
     def chars(self) -> int:
@@ -128,6 +138,8 @@ class PromptBuilder:
         # capability object (a refresh replaces it): rendering resolves the schema's
         # $refs and walks it, ~0.4 ms a capability, on every planning call otherwise
         self._blocks: dict[tuple[str, bool], tuple[Capability, str]] = {}
+        # the selection index of the last catalog seen, per guidance mode
+        self._indexes: dict[bool, SelectionIndex] = {}
 
     def capability_block(self, cap: Capability, guidance: bool) -> str:
         """One capability: a typed signature, or (guidance off) its raw JSON schemas."""
@@ -138,14 +150,48 @@ class PromptBuilder:
         self._blocks[(cap.key, guidance)] = (cap, text)
         return text
 
-    def plan_prompt(self, query: str, catalog: Catalog, config: OrchestratorConfig) -> BuiltPrompt:
+    def selection_index(
+        self, catalog: Catalog, guidance: bool, capabilities: Sequence[Capability] | None = None
+    ) -> SelectionIndex:
+        """The ranking index and rendered blocks of ``catalog``, built once per catalog
+        content (the same capability objects and tool descriptions) and reused."""
+        caps = list(catalog) if capabilities is None else list(capabilities)
+        tools = catalog.tools
+        index = self._indexes.get(guidance)
+        if index is None or not index.serves(caps, tools):
+            index = SelectionIndex(caps, tools, lambda c: self.capability_block(c, guidance))
+            self._indexes[guidance] = index
+        return index
+
+    async def prepare(self, catalog: Catalog, config: OrchestratorConfig) -> None:
+        """Build the selection index off the event loop when the catalog changed (a
+        10,000-capability index takes about a second to build); on a loop that has no
+        threads to offer (a Temporal workflow's), build it in place: it is pure
+        computation, so a replay builds the same."""
+        guidance = config.prompt_type_guidance
+        caps = list(catalog)
+        index = self._indexes.get(guidance)
+        if index is None or not index.serves(caps, catalog.tools):
+            try:
+                await asyncio.to_thread(self.selection_index, catalog, guidance, caps)
+            except NotImplementedError:  # a loop without threads: a Temporal workflow's
+                self.selection_index(catalog, guidance, caps)
+
+    def plan_prompt(
+        self, query: str, catalog: Catalog, config: OrchestratorConfig, *,
+        requests: int | None = None, order: Sequence[int] | None = None,
+    ) -> BuiltPrompt:
+        """The plan request. ``requests``: catalog requests to invite when the catalog is
+        cut (default ``planner_catalog_requests``); ``order``: a ranking to use instead of
+        the lexical one (positions in the catalog, best first)."""
         guidance = config.prompt_type_guidance
         user = self.templates.render("user", query=data_block("query", query))
         values = {
             "type_rules": self.templates.type_rules if guidance else "",
             "example": self.templates.example if guidance else "",
         }
-        return self._assemble("system", values, user, query, catalog, config)
+        rounds = config.planner_catalog_requests if requests is None else requests
+        return self._assemble("system", values, user, query, catalog, config, rounds, order)
 
     def replan_prompt(
         self,
@@ -163,7 +209,7 @@ class PromptBuilder:
             "type_rules": self.templates.type_rules if config.prompt_type_guidance else "",
             "taken_ids": ", ".join(taken_ids),
         }
-        return self._assemble("replan_system", values, user, search_text, catalog, config)
+        return self._assemble("replan_system", values, user, search_text, catalog, config, 0)
 
     def _assemble(
         self,
@@ -173,28 +219,49 @@ class PromptBuilder:
         search_text: str,
         catalog: Catalog,
         config: OrchestratorConfig,
+        requests: int,
+        order: Sequence[int] | None = None,
     ) -> BuiltPrompt:
-        guidance = config.prompt_type_guidance
-        capabilities = list(catalog)
-        note_reserve = len(_omitted_note(len(capabilities)))
+        index = self.selection_index(catalog, config.prompt_type_guidance)
+        request_note = (self.templates.render("request_note", rounds=str(requests))
+                        if requests > 0 else "")
+        # the note's frame, the compact index's heading included (its lines count against
+        # the catalog's budget)
+        note_reserve = len(_omitted_note(len(index.capabilities), " ", request_note))
         frame = self.templates.render(system_template, capabilities="", omitted_note="", **values)
         budget = (config.planner_prompt_budget_chars - len(frame) - len(user) - note_reserve
                   - _JOIN)
-        selection = select_capabilities(
-            search_text, capabilities, lambda c: self.capability_block(c, guidance),
-            budget_chars=max(budget, 0), max_capabilities=config.planner_max_capabilities,
-            tool_descriptions=catalog.tools,
-        )
-        note = _omitted_note(len(selection.omitted)) if selection.omitted else ""
+        selection = select(index, search_text, budget_chars=max(budget, 0),
+                           max_capabilities=config.planner_max_capabilities, order=order)
+        left_out = selection.omitted_count
+        note = (_omitted_note(left_out, selection.compact_text, request_note)
+                if left_out else "")
         system = self.templates.render(
             system_template, capabilities=selection.text, omitted_note=note, **values)
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
-        return BuiltPrompt(messages, selection)
+        return BuiltPrompt(messages, selection, index if selection.ranked else None,
+                           requests if left_out else 0)
+
+    def request_answer(self, capabilities: Sequence[Capability], notes: Sequence[str],
+                       guidance: bool, more: int) -> str:
+        """The engine's reply to a catalog request: the signatures asked for."""
+        blocks = "\n\n".join(self.capability_block(c, guidance) for c in capabilities)
+        tail = (f" You may ask once more ({more} request(s) left)." if more > 0 else
+                " No more requests can be answered.")
+        return self.templates.render(
+            "request_answer", capabilities=blocks or "(none: see below)",
+            notes="".join(f"\n{n}" for n in notes), more=tail)
 
 
 _JOIN = 2  # the blank line between messages when they are counted as one text
 
 
-def _omitted_note(count: int) -> str:
-    return (f"\n({count} other capabilities exist but are not shown: they match this request "
-            "less well. Plan with the capabilities above.)")
+def _omitted_note(count: int, compact: str, request_note: str) -> str:
+    """What the prompt says about the capabilities not shown in full."""
+    text = (f"\n({count} other capabilities exist but are not shown in full: they match this "
+            "request less well.)")
+    if compact:
+        text += ("\nMore capabilities, by name and first line only (best match first; a plan "
+                 "may use them too):\n" + compact)
+    text += "\n" + (request_note if request_note else "Plan with the capabilities above.")
+    return text

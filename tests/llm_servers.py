@@ -28,7 +28,9 @@ unexpected extra call fails loudly instead of getting a plausible answer.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+import re
 import socket
 import socketserver
 import sys
@@ -798,6 +800,67 @@ class FakeAnthropicServer(_FakeLLMServer):
             if choice.get("name") not in names:
                 return self._invalid(f"tool_choice: tool {choice.get('name')!r} not in tools")
         return None
+
+
+# --- OpenAI-compatible embeddings -----------------------------------------------------------
+
+
+class FakeEmbeddingsServer(FakeOpenAIServer):
+    """An OpenAI-compatible ``POST /v1/embeddings`` endpoint.
+
+    Unscripted requests are answered by a toy model: a text's vector counts its words by
+    *concept* (``concepts`` maps a lower-case word to a concept; other words are their own
+    concept), hashed into ``dimensions`` slots, so texts sharing a concept are similar
+    even when they share no word. Scripted replies (``reply``, ``error``...) come first.
+    """
+
+    path = "/v1/embeddings"
+
+    def __init__(self, *, api_key: str | None = None, dimensions: int = 64,
+                 concepts: dict[str, str] | None = None) -> None:
+        super().__init__(api_key=api_key)
+        self.dimensions = dimensions
+        self.concepts = dict(concepts or {})
+
+    def vector(self, text: str) -> list[float]:
+        out = [0.0] * self.dimensions
+        for word in re.findall(r"[a-z]+", text.lower()):
+            concept = self.concepts.get(word, word)
+            slot = int(hashlib.sha256(concept.encode()).hexdigest(), 16) % self.dimensions
+            out[slot] += 1.0
+        return out
+
+    def _embeddings(self, request: ReceivedRequest) -> JSONBody:
+        texts = request.body["input"]
+        texts = [texts] if isinstance(texts, str) else texts
+        return {"object": "list", "model": request.body["model"],
+                "data": [{"object": "embedding", "index": i, "embedding": self.vector(t)}
+                         for i, t in enumerate(texts)],
+                "usage": {"prompt_tokens": 1, "total_tokens": 1}}
+
+    def _check(self, request: ReceivedRequest) -> Behaviour | None:
+        if self.api_key is not None:
+            auth = request.headers.get("authorization", "")
+            if auth != f"Bearer {self.api_key}":
+                given = auth.removeprefix("Bearer ") or "none"
+                return Behaviour(status=401, body=self._error_body(
+                    401, f"Incorrect API key provided: {given}.", "invalid_request_error"))
+        body = request.body
+        if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+            return Behaviour(status=400, body=self._error_body(400, "'model' is required", None))
+        texts = body.get("input")
+        if not (isinstance(texts, str) or (isinstance(texts, list) and texts
+                                           and all(isinstance(t, str) for t in texts))):
+            return Behaviour(status=400, body=self._error_body(
+                400, "'input' must be a string or a non-empty array of strings", None))
+        return None
+
+    def _behaviour_for(self, request: ReceivedRequest) -> Behaviour:
+        if request.path.split("?")[0] == self.path and self._check(request) is None:
+            with self._lock:
+                if not self._queue:
+                    return Behaviour(body=self._embeddings)
+        return super()._behaviour_for(request)
 
 
 # --- server-sent events ----------------------------------------------------------------------

@@ -21,6 +21,7 @@ from benchmarks import (
     recovery,
     scale_out,
     scheduler,
+    selection,
     store,
     streaming_plan,
     throughput,
@@ -247,3 +248,22 @@ def test_lean_path_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     body = section(report, "lean_path")
     assert_preamble(body, "lean_path")
     assert re.search(r"\| `HEAD` \|  \| [\d.]+ \| [\d.-]+ \| — \|", body)
+
+
+def test_selection_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "bench.md"
+    data = tmp_path / "corpus"
+    data.mkdir()
+    (data / "tools.jsonl").write_text(
+        '{"tool": "zoo", "name": "feedAnimals", "description": "Feed the animals.", '
+        '"parameters": {"species": {"type": "string", "description": "Which animals."}}}\n')
+    (data / "questions.jsonl").write_text(
+        '{"question": "the penguins look hungry, feed them", "capabilities": ["zoo.feedAnimals"],'
+        ' "kind": "plain"}\n')
+    assert selection.main(["--quick", "--pool", "300", "--sizes", "400",
+                           "--data", f"jsonl:{data}", "--report", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "corpus/plain" in out and "400 capabilities: plan_prompt median" in out
+    body = section(report, "selection")
+    assert_preamble(body, "selection")
+    assert "| corpus/plain | 1 |" in body and "| 400 |" in body

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import time
 from typing import Any
 
@@ -14,7 +15,8 @@ from prometheus_client import CollectorRegistry
 
 from orchestration import Catalog, Orchestrator, OrchestratorConfig, ScriptedLLM
 from orchestration.llm.base import LLMRequest
-from planners._selection import BM25, tokenize
+from planners._ranking import CatalogIndex, tokenize
+from planners.prompt import PromptBuilder
 
 DOMAINS = ["billing", "crm", "inventory", "hr", "shipping", "support", "analytics", "calendar",
            "storage", "mail"]
@@ -106,8 +108,11 @@ def test_500_capabilities_fit_the_budget_and_keep_the_relevant_one(catalog500: C
     assert event["catalog.offered"] + event["catalog.omitted"] == 500
     assert event["catalog.omitted"] > 400
     names = str(event["catalog.omitted_names"]).split(",")
-    assert len(names) == 51 and names[-1] == f"… (+{event['catalog.omitted'] - 50})"
-    assert f"({event['catalog.omitted']} other capabilities exist but are not shown" in run.system
+    # the names left out altogether (the compact index lists the others)
+    unlisted = event["catalog.omitted"] - event["catalog.compact"]
+    assert event["catalog.compact"] > 0
+    assert len(names) == 51 and names[-1] == f"… (+{unlisted - 50})"
+    assert f"({event['catalog.omitted']} other capabilities exist but are not shown in full" in run.system
     assert event["prompt.chars"] == len(run.request.prompt_text)
     # the structured-output schema offers exactly the capabilities in the prompt
     step = run.request.response_schema["properties"]["steps"]["items"]["properties"]  # type: ignore[index]
@@ -152,10 +157,78 @@ def test_plan_may_use_a_capability_left_out_of_the_prompt(catalog500: Catalog) -
     assert run.result.status == "succeeded", run.result.error
 
 
-def test_bm25_prefers_rare_matching_terms() -> None:
-    docs = [tokenize("create invoice billing"), tokenize("convert temperature celsius"),
-            tokenize("create customer crm")]
-    scores = BM25(docs).scores(tokenize("Convert Celsius temperatures, please"))
-    assert scores[1] > 0 and scores[0] == scores[2] == 0
+def test_ranking_prefers_rare_matching_terms_and_splits_identifiers() -> None:
+    cat = Catalog()
+    for tool, name, text in [("billing", "create_invoice", "Create an invoice."),
+                             ("units", "convertTemperature", "Convert between scales."),
+                             ("crm", "create_customer", "Create a customer record.")]:
+        cat.add_function(lambda: {}, tool=tool, capability=name, description=text)
+    index = CatalogIndex(list(cat))
+    scores = index.scores("Convert Celsius temperatures, please")
+    assert set(scores) == {1} and scores[1] > 0
+    assert index.ranked("new customer")[0] == 2
     assert tokenize("getWeatherForecasts HTTPServer snake_case") == [
         "weather", "forecast", "http", "server", "snake", "case"]
+    # stemming: the forms of a word meet
+    assert tokenize("forecasting") == tokenize("forecasts") == tokenize("forecast")
+
+
+def test_what_does_not_fit_in_full_is_listed_by_name_within_the_budget(
+        catalog500: Catalog) -> None:
+    run = Run(catalog500, planner_prompt_budget_chars=12_000)
+    assert len(run.request.prompt_text) <= 12_000
+    compact = re.findall(r"^- ([a-z_]+\.[a-z_]+): (.+)$", run.system, re.M)
+    event = run.selection_event()
+    assert len(compact) == event["catalog.compact"] >= 10
+    for key, line in compact:
+        assert f"### {key}\n" not in run.system  # listed once: by name, not in full too
+        assert len(line) <= 110
+    assert "2 more time(s)" in run.system  # and the planner is told it may ask for them
+
+
+def test_a_capability_needing_an_id_brings_the_search_that_finds_it() -> None:
+    cat = big_catalog(200)
+    cat.add_function(lambda **kw: {}, tool="films", capability="movie_credits",
+                     description="Cast and crew of a film.",
+                     input_schema={"type": "object", "required": ["movie_id"],
+                                   "properties": {"movie_id": {"type": "integer"}}})
+    cat.add_function(lambda **kw: {}, tool="films", capability="search_movies",
+                     description="Find titles by text.",
+                     input_schema={"type": "object", "properties": {"query": {"type": "string"}}})
+    cat.add_function(lambda **kw: {}, tool="films", capability="search_people",
+                     description="Find people by name.",
+                     input_schema={"type": "object", "properties": {"query": {"type": "string"}}})
+    run = Run(cat, planner_max_capabilities=2)
+    assert "### films.movie_credits" not in run.system  # unrelated query: not pulled in
+    llm = ScriptedLLM(lambda r: {"steps": []})
+    Orchestrator(catalog=cat, llm=llm, registry=CollectorRegistry(),
+                 config=OrchestratorConfig(synthesis_enabled=False, planner_max_capabilities=2,
+                                           planner_max_retries=0)).run(
+        "Who played in the cast of Heat?")
+    system = llm.requests_for("plan")[0].messages[0]["content"]
+    assert "### films.movie_credits" in system and "### films.search_movies" in system
+    assert "### films.search_people" not in system
+
+
+def test_prefixes_and_words_of_one_need_are_matched_below_exact_words() -> None:
+    cat = Catalog()
+    for tool, name, text in [
+            ("markets", "coin_prices", "Prices of cryptocurrencies."),
+            ("meteo", "daily_outlook", "Daily forecast with precipitation chance."),
+            ("meteo", "umbrella_stock", "Umbrella stock in our shop."),
+            ("crm", "create_customer", "Create a customer record.")]:
+        cat.add_function(lambda: {}, tool=tool, capability=name, description=text)
+    index = CatalogIndex(list(cat))
+    assert index.ranked("what is crypto doing today")[0] == 0  # crypto → cryptocurrencies
+    # umbrella: the exact word first, then the need it stands for (weather)
+    assert index.ranked("do I need an umbrella tomorrow")[:2] == [2, 1]
+    assert 3 not in index.scores("do I need an umbrella tomorrow")
+
+
+def test_the_index_is_built_once_per_catalog_content(catalog500: Catalog) -> None:
+    builder = PromptBuilder()
+    first = builder.selection_index(catalog500.snapshot(), True)
+    assert builder.selection_index(catalog500.snapshot(), True) is first  # same objects
+    changed = catalog500.snapshot()
+    changed.add_function(lambda: {}, tool="units", capability="new_one", description="New.")
+    assert builder.selection_index(changed, True) is not first
