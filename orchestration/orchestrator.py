@@ -739,7 +739,7 @@ class Orchestrator:
             except ImportError as exc:
                 raise ConfigError("ORCH_BACKEND=temporal needs the temporal extra: "
                                   "pip install 'dagwright[temporal]'") from exc
-            self._temporal_runs = TemporalRuns(self.config)
+            self._temporal_runs = TemporalRuns(self.config, store=self.store)
         return self._temporal_runs
 
     def _local_only(self, what: str) -> None:

@@ -36,6 +36,8 @@ from orchestration.events import RunEvent
 from orchestration.plan import Plan
 from orchestration.result import Approval, RunResult
 from orchestration.state import RunState
+from orchestration.store import RunStore
+from orchestration.temporal._payload_store import with_payload_store
 from orchestration.temporal._payloads import WORKFLOW, config_to_payload
 from orchestration.temporal._worker import connect
 
@@ -48,15 +50,21 @@ class TemporalRuns:
     """Runs on Temporal, as one :class:`~orchestration.orchestrator.Orchestrator` sees
     them. One Temporal client per event loop (its connection belongs to the loop)."""
 
-    def __init__(self, config: OrchestratorConfig) -> None:
+    def __init__(self, config: OrchestratorConfig, *, store: RunStore | None = None) -> None:
         self.config = config
+        self.store = store
+        """The run store the workers record runs in and keep large payloads in."""
         self._clients: dict[int, Client] = {}
 
     async def client(self) -> Client:
         key = id(asyncio.get_running_loop())
         client = self._clients.get(key)
         if client is None:
-            client = self._clients[key] = await connect(self.config)
+            client = await connect(self.config)
+            if self.store is not None:
+                client = with_payload_store(client, self.store,
+                                            self.config.temporal_payload_offload_bytes)
+            self._clients[key] = client
         return client
 
     def forget_loop(self) -> None:
