@@ -24,11 +24,9 @@ pytestmark = pytest.mark.temporal
 
 TEMPORAL_PAYLOAD_LIMIT = 2 * 1024 * 1024
 
-
 def client_of(worker: RunningWorker) -> Orchestrator:
     return Orchestrator(catalog=build_catalog(), llm=ScriptedLLM([]), config=worker.config,
                         registry=CollectorRegistry(), store=worker.store)
-
 
 async def run_both(worker: RunningWorker, plan: dict[str, Any]) -> tuple[Any, Any, int]:
     """The plan locally and on Temporal (bounded in time); the largest payload in the
@@ -49,7 +47,6 @@ async def run_both(worker: RunningWorker, plan: dict[str, Any]) -> tuple[Any, An
     largest = max(len(e.SerializeToString()) for e in history.events)
     return local, remote, largest
 
-
 async def test_outputs_adding_up_past_the_payload_limit_finish_as_locally(
     temporal_worker: RunningWorker,
 ) -> None:
@@ -62,7 +59,6 @@ async def test_outputs_adding_up_past_the_payload_limit_finish_as_locally(
     again = await client_of(temporal_worker).aget_run(remote.run_id)  # a query: by reference too
     assert again is not None and comparable(again) == comparable(local)
 
-
 async def test_a_five_megabyte_reply_succeeds_as_locally(temporal_worker: RunningWorker) -> None:
     plan = bulk_plan(steps=1, kb=5 * 1024)
     local, remote, largest = await run_both(temporal_worker, plan)
@@ -70,3 +66,42 @@ async def test_a_five_megabyte_reply_succeeds_as_locally(temporal_worker: Runnin
     assert len(remote.steps["part0"].output["text"]) == 5 * 1024 * 1024 > TEMPORAL_PAYLOAD_LIMIT
     assert comparable(remote) == comparable(local)
     assert largest < 64 * 1024
+
+async def test_a_run_whose_workflow_task_keeps_failing_ends_failed_by_its_deadline(
+    temporal_worker: RunningWorker,
+) -> None:
+    """A workflow task that cannot make progress is retried by Temporal forever; a client
+    following the run ends it ``failed`` once the run's deadline has passed, and
+    ``get_run`` answers (typed while nothing is recorded, then from the store)."""
+    from datetime import timedelta
+
+    from orchestration import BackendUnavailable
+    from orchestration.temporal import WORKFLOW, connect
+    from orchestration.temporal._payloads import config_to_payload
+
+    config = temporal_worker.config
+    broken = config_to_payload(config)
+    broken["run_timeout_s"] = -1  # no worker can build this run's engine: every task fails
+    run_id = f"stuck-{uuid.uuid4().hex[:8]}"
+    await (await connect(config)).start_workflow(
+        WORKFLOW, {"query": "a run that cannot start", "plan": None, "config": broken},
+        id=run_id, task_queue=config.temporal_task_queue, task_timeout=timedelta(seconds=1))
+    orch = Orchestrator(catalog=build_catalog(), llm=ScriptedLLM([]), registry=CollectorRegistry(),
+                        config=config.model_copy(update={"run_timeout_s": 2.0,
+                                                         "temporal_workflow_task_timeout_s": 1.0}),
+                        store=temporal_worker.store)
+    await asyncio.sleep(1)
+
+    with pytest.raises(BackendUnavailable, match=f"dagwright runs show {run_id}"):
+        await orch.aget_run(run_id)
+    started = asyncio.get_running_loop().time()
+    result = await asyncio.wait_for(orch.aresume(run_id), 60)
+    took = asyncio.get_running_loop().time() - started
+    assert result.status == "failed" and result.error is not None
+    assert result.error.startswith("WORKFLOW_STUCK") and "ORCH_RUN_TIMEOUT_S=2" in result.error
+    assert result.query == "a run that cannot start"
+    stored = await orch.aget_run(run_id)  # the workflow cannot be queried: the store answers
+    assert stored is not None and stored.status == "failed" and stored.error == result.error
+    again = await orch.aresume(run_id)
+    assert again.status == "failed"
+    assert took < 30
