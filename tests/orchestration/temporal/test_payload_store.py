@@ -6,6 +6,7 @@ run's payloads with it."""
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -34,11 +35,16 @@ def context(run_id: str) -> StorageDriverStoreContext:
         target=StorageDriverWorkflowInfo(namespace="default", id=run_id))
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite"])
-async def test_payloads_round_trip_per_run_and_go_with_their_run(kind: str,
-                                                                  tmp_path: Path) -> None:
-    store: RunStore = open_store("memory://" if kind == "memory"
-                                 else f"sqlite:///{tmp_path / 'runs.db'}")
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+async def test_payloads_round_trip_per_run_and_go_with_their_run(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest,
+) -> None:
+    if kind == "postgres":
+        server = request.getfixturevalue("postgres_server")
+        url = str(server.create_database(f"payloads_{uuid.uuid4().hex[:10]}"))
+    else:
+        url = "memory://" if kind == "memory" else f"sqlite:///{tmp_path / 'runs.db'}"
+    store: RunStore = open_store(url)
     driver = RunStoreDriver(store)
     big = payload("x" * 300_000)
     claims = await driver.store(context("r1"), [big, payload("small"), big])
