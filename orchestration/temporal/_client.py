@@ -284,11 +284,24 @@ class TemporalRuns:
         try:
             while not settled.done() and not stuck.done():
                 if deliver is not None:
-                    await deliver.more(handle)
+                    # a query on a workflow whose task keeps failing waits (30 s): the
+                    # stuck guard may end the run meanwhile
+                    more = asyncio.ensure_future(deliver.more(handle))
+                    await asyncio.wait({more, stuck}, return_when=asyncio.FIRST_COMPLETED)
+                    if not more.done():
+                        more.cancel()
+                        with contextlib.suppress(asyncio.CancelledError, Exception):
+                            await more
+                        break
+                    failed = more.exception()
+                    if failed is not None and not _not_queryable(failed):
+                        raise failed
                 await asyncio.wait({settled, stuck}, return_when=asyncio.FIRST_COMPLETED,
                                    timeout=(self.config.temporal_event_poll_s
                                             if deliver is not None else None))
-            state = await (settled if settled.done() else stuck)
+            if stuck.done() and not settled.done():
+                return await stuck
+            state = await settled
         finally:
             for task in (settled, stuck):
                 if not task.done():
@@ -296,7 +309,11 @@ class TemporalRuns:
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await task
         if deliver is not None:
-            await deliver.more(handle)
+            try:
+                await deliver.more(handle)
+            except RPCError as exc:
+                if not _not_queryable(exc):
+                    raise
         return state
 
     async def _unless_stuck(self, handle: WorkflowHandle[Any, Any]) -> RunState:
@@ -410,6 +427,12 @@ def _failed_attempts(raw: Any) -> int:
     """How many times in a row the workflow's pending task has failed (0: none pending, or
     its first attempt)."""
     return max(0, int(raw.pending_workflow_task.attempt) - 1)
+
+
+def _not_queryable(exc: BaseException) -> bool:
+    """A workflow whose task is failing (or that ended before its first task) cannot be
+    queried: it has no events to give now, which is not an error of the caller's."""
+    return isinstance(exc, RPCError) and exc.status is RPCStatusCode.FAILED_PRECONDITION
 
 
 _OUTAGE = frozenset({RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED})

@@ -95,7 +95,8 @@ async def test_a_run_whose_workflow_task_keeps_failing_ends_failed_by_its_deadli
     with pytest.raises(BackendUnavailable, match=f"dagwright runs show {run_id}"):
         await orch.aget_run(run_id)
     started = asyncio.get_running_loop().time()
-    result = await asyncio.wait_for(orch.aresume(run_id), 60)
+    events: list[Any] = []  # following with on_event: its queries wait on such a workflow
+    result = await asyncio.wait_for(orch.aresume(run_id, on_event=events.append), 60)
     took = asyncio.get_running_loop().time() - started
     assert result.status == "failed" and result.error is not None
     assert result.error.startswith("WORKFLOW_STUCK") and "ORCH_RUN_TIMEOUT_S=2" in result.error
