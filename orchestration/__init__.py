@@ -10,6 +10,7 @@ from orchestration.catalog import Capability, Catalog
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import (
     ApprovalError,
+    BackendUnavailable,
     CatalogError,
     ConfigError,
     ConfigWarning,
@@ -62,6 +63,7 @@ __all__ = [
     "Approval",
     "ApprovalError",
     "Attempt",
+    "BackendUnavailable",
     "BudgetExceeded",
     "Capability",
     "Catalog",

@@ -300,6 +300,12 @@ class OrchestratorConfig(BaseSettings):
     )
     temporal_max_concurrent_activities: int = Field(
         100, ge=1, description="Tool and LLM calls one worker runs at once (worker setting).")
+    temporal_payload_offload_bytes: int = Field(
+        128 * 1024, ge=1024, le=1_500_000,
+        description="A value crossing Temporal (a tool reply, a step's parameters, the run "
+        "state) of at least this size is kept in the run store and referred to from the "
+        "history; clients and workers must share ORCH_STORE_URL (docs/scale-out.md).",
+    )
     temporal_event_poll_s: float = Field(
         0.2, gt=0, description="How often a client following a Temporal run's events "
         "(on_event, astream) asks the workflow for new ones.",

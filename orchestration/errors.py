@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ApprovalError",
+    "BackendUnavailable",
     "CatalogError",
     "ConfigError",
     "ConfigWarning",
@@ -136,6 +137,22 @@ class InvalidInput(DagwrightError, ValueError):
 
 class RunNotFound(DagwrightError, LookupError):
     """No run with this id is in the store."""
+
+
+class BackendUnavailable(DagwrightError):
+    """The run backend (the Temporal server) could not be reached or did not answer.
+
+    ``may_be_running`` says whether the run may still be going on (its workers go on
+    without this caller); the message says how to look (``dagwright runs show``, and
+    ``dagwright resume`` to wait for it again)."""
+
+    def __init__(self, message: str, *, run_id: str | None = None,
+                 may_be_running: bool = True, reason: str = "") -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.may_be_running = may_be_running
+        self.reason = reason or message
+        """What the server (or the connection) said, in one line."""
 
 
 class ApprovalError(DagwrightError, ValueError):

@@ -751,7 +751,7 @@ class Orchestrator:
             except ImportError as exc:
                 raise ConfigError(needs_extra("ORCH_BACKEND=temporal", "temporal",
                                               exc.name)) from exc
-            self._temporal_runs = TemporalRuns(self.config)
+            self._temporal_runs = TemporalRuns(self.config, store=self.store)
         return self._temporal_runs
 
     def _local_only(self, what: str) -> None:

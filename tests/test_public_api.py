@@ -26,7 +26,7 @@ PACKAGE_API = {
         "LLMBudgetExceeded", "LLMClient", "LLMError", "LLMErrorKind", "LLMRequest",
         "LLMResponse", "Orchestrator", "OrchestratorConfig", "PendingApproval", "Plan",
         "PLAN_APPROVAL", "PlanningError", "PlanParseError", "PlanValidationError",
-        "InvalidInput", "LeaseLost", "RetryExhausted", "RetryPolicy", "RunEvent", "RunHandle", "RunLeased", "RunNotFound",
+        "InvalidInput", "BackendUnavailable", "LeaseLost", "RetryExhausted", "RetryPolicy", "RunEvent", "RunHandle", "RunLeased", "RunNotFound",
         "RunResult", "RunState", "RunUsage", "ScriptedLLM", "Step", "StepError", "StepFailed",
         "StepResult", "StoreError", "TokenUsage", "ToolError", "ToolFailed", "ToolResponse",
         "validate_plan", "ValidatedPlan"

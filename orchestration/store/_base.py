@@ -46,7 +46,7 @@ __all__ = [
     "Write",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Bumped when the stored layout changes; stores migrate older layouts on open."""
 
 
@@ -225,3 +225,11 @@ class RunStore(Protocol):
 
     async def delete_finished_before(self, cutoff: float) -> int:
         """Delete finished runs that ended before ``cutoff``; how many were deleted."""
+
+    async def put_payloads(self, run_id: str, payloads: dict[str, bytes]) -> None:
+        """Keep large values of a run by key (a key's value never changes: a repeat is a
+        no-op), committed durably: the Temporal backend's history refers to them (the
+        claim-check pattern, see docs/scale-out.md). Deleted with their run."""
+
+    async def get_payloads(self, run_id: str, keys: list[str]) -> dict[str, bytes]:
+        """The values of ``keys`` kept for ``run_id`` (a key not kept is absent)."""

@@ -53,6 +53,7 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self._runs: dict[str, _Run] = {}
+        self._payloads: dict[tuple[str, str], bytes] = {}
 
     async def open(self) -> None:
         return None
@@ -153,4 +154,14 @@ class MemoryStore:
                and r.record.finished_at is not None and r.record.finished_at < cutoff]
         for rid in old:
             del self._runs[rid]
+        gone = set(old)
+        self._payloads = {k: v for k, v in self._payloads.items() if k[0] not in gone}
         return len(old)
+
+    async def put_payloads(self, run_id: str, payloads: dict[str, bytes]) -> None:
+        for key, data in payloads.items():
+            self._payloads.setdefault((run_id, key), data)
+
+    async def get_payloads(self, run_id: str, keys: list[str]) -> dict[str, bytes]:
+        return {key: self._payloads[(run_id, key)] for key in keys
+                if (run_id, key) in self._payloads}

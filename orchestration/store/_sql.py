@@ -17,6 +17,7 @@ compared with a clock that started again at zero.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -57,7 +58,7 @@ __all__ = ["PostgresStore", "SqliteStore", "masked_url"]
 Statement = tuple[str, Sequence[Any]]
 
 _TABLES = ("dagwright_meta", "dagwright_runs", "dagwright_steps", "dagwright_attempts",
-           "dagwright_calls", "dagwright_events")
+           "dagwright_calls", "dagwright_events", "dagwright_payloads")
 
 # Version 1 of the layout. A later version adds a migration step to _MIGRATIONS.
 _SCHEMA_V1 = (
@@ -91,6 +92,12 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         # version, on a wall clock, has no clock name and so counts as expired)
         "ALTER TABLE dagwright_runs ADD COLUMN lease_generation INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE dagwright_runs ADD COLUMN lease_clock TEXT",
+    ),
+    3: (  # version 4: large values of Temporal runs, referred to from their histories
+        # (base64 text: one column type on SQLite and PostgreSQL)
+        """CREATE TABLE IF NOT EXISTS dagwright_payloads (
+            run_id TEXT NOT NULL, key TEXT NOT NULL, data TEXT NOT NULL,
+            PRIMARY KEY (run_id, key))""",
     ),
 }
 """Statements that bring a layout of version ``n`` to ``n + 1`` (a new store is created at
@@ -406,10 +413,26 @@ class _SQLStore(ABC):
         counts, _ = await self._transaction([
             *((f"DELETE FROM {table} WHERE run_id IN ({old})", params)
               for table in ("dagwright_steps", "dagwright_attempts", "dagwright_calls",
-                            "dagwright_events")),
+                            "dagwright_events", "dagwright_payloads")),
             (f"DELETE FROM dagwright_runs WHERE run_id IN ({old})", params),
         ])
         return counts[-1]
+
+    async def put_payloads(self, run_id: str, payloads: dict[str, bytes]) -> None:
+        if payloads:
+            rows: list[Sequence[Any]] = [(run_id, key, base64.b64encode(data).decode("ascii"))
+                                         for key, data in payloads.items()]
+            await self._write_many([(
+                "INSERT INTO dagwright_payloads (run_id, key, data) VALUES (?, ?, ?) "
+                "ON CONFLICT (run_id, key) DO NOTHING", rows)], durable=True)
+
+    async def get_payloads(self, run_id: str, keys: list[str]) -> dict[str, bytes]:
+        if not keys:
+            return {}
+        marks = ", ".join("?" for _ in keys)
+        rows = await self._fetch(f"SELECT key, data FROM dagwright_payloads WHERE run_id = ? "
+                                 f"AND key IN ({marks})", (run_id, *keys))
+        return {key: base64.b64decode(data) for key, data in rows}
 
 
 class SqliteStore(_SQLStore):

@@ -19,14 +19,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from temporalio import activity
+from temporalio.api.workflowservice.v1 import RecordActivityTaskHeartbeatRequest
+from temporalio.service import RPCError, RPCStatusCode
 
-from orchestration._transport import CallResult, ToolTransport
+from orchestration._transport import CallResult, CallTrace, ToolTransport
 from orchestration.catalog import Catalog
 from orchestration.config import OrchestratorConfig
 from orchestration.debug_store import LLMDebugStore
@@ -53,6 +57,8 @@ from orchestration.temporal._payloads import (
 __all__ = ["RunActivities", "heartbeating"]
 
 T = TypeVar("T")
+
+log = logging.getLogger("dagwright.temporal")
 
 _LEASE_FOREVER_S = 10 * 365 * 86400.0
 """A paused Temporal run holds its store lease while Temporal holds the run: no local
@@ -125,13 +131,56 @@ class RunActivities:
         run_id = request.get("run_id") or activity.info().workflow_id or ""
         step = Step(id=request.get("step_id") or "call", tool=capability.tool,
                     capability=capability.name, params=params)
+        # a call not safe to repeat leaves only once this attempt has proved it is still
+        # the live one (a worker paused past its heartbeat timeout must not send late)
+        trace = None if capability.is_idempotent else CallTrace(gate=self._still_live)
         with (self.observer.step(run_id, step, capability) as observation,
               observation.call(request.get("attempt") or 1, request.get("layer") or "plan",
                                headers) as call):
             result = await heartbeating(transport.call(
-                capability, params, timeout_s=float(request["timeout_s"]), headers=headers))
+                capability, params, timeout_s=float(request["timeout_s"]), headers=headers,
+                trace=trace))
             call.answered(result)
         return call_result_to_payload(result)
+
+    async def _still_live(self) -> StepError | None:
+        """The fence of a side effect on a worker, awaited right before its first byte
+        leaves: a heartbeat sent now and acknowledged by the server proves Temporal still
+        waits for this attempt (and will for a full heartbeat timeout). An attempt the
+        server has given up on — its worker was paused or cut off past the heartbeat
+        timeout, and the run has gone on (``OUTCOME_UNKNOWN``) — is refused here, not
+        sent; so is one whose liveness cannot be proved (the server unreachable)."""
+        info = activity.info()
+        why: str | None = None
+        if activity.is_cancelled():
+            why = "the activity was cancelled"
+        else:
+            timeout = info.heartbeat_timeout.total_seconds() if info.heartbeat_timeout else 10.0
+            try:
+                answer = await activity.client().workflow_service.record_activity_task_heartbeat(
+                    RecordActivityTaskHeartbeatRequest(
+                        task_token=info.task_token, namespace=info.namespace,
+                        identity=self.owner),
+                    retry=False, timeout=timedelta(seconds=max(0.5, timeout / 2)))
+            except RPCError as exc:
+                why = (f"the Temporal server no longer holds this attempt ({exc.status.name}: "
+                       f"{exc.message})" if exc.status is RPCStatusCode.NOT_FOUND else
+                       f"the Temporal server did not confirm it ({exc.status.name}: "
+                       f"{exc.message})")
+            except Exception as exc:  # a connection failure: liveness cannot be proved
+                why = f"the Temporal server did not confirm it ({exc})"
+            else:
+                if answer.cancel_requested:
+                    why = "the run cancelled the activity"
+        if why is None:
+            return None
+        log.warning("worker %s: %s attempt %s of run %s not sent: %s", self.owner,
+                    info.activity_type, info.attempt, info.workflow_id, why)
+        return StepError(
+            category=ErrorCategory.CONNECTION_ERROR, code="ATTEMPT_FENCED",
+            message=f"worker {self.owner} did not send the call: it could not prove its "
+                    f"Temporal activity was still the live attempt ({why})",
+            source=ErrorSource.ENGINE, retryable=True, request_sent=False)
 
     # --- LLM calls ---------------------------------------------------------------------------
     def _client(self) -> LLMClient:

@@ -38,6 +38,7 @@ from orchestration.telemetry import Telemetry
 from orchestration.telemetry._observer import Observer
 from orchestration.temporal._activities import RunActivities
 from orchestration.temporal._context import WorkerContext, register, unregister
+from orchestration.temporal._payload_store import with_payload_store
 from orchestration.temporal._workflow import RunWorkflow
 
 if TYPE_CHECKING:
@@ -91,10 +92,13 @@ class DagwrightWorker:
         # not change what a replayed run sees
         self.context = WorkerContext(catalog=catalog.snapshot(), planner=planner,
                                      handlers=handlers)
+        store = store if store is not None else open_store(config.store_url)
+        # large payloads go to the run store, a reference into the history (claim-check)
+        client = with_payload_store(client, store, config.temporal_payload_offload_bytes)
         self.activities = RunActivities(
             catalog, config, observer, llm=llm,
             llm_factory=None if llm is not None else (lambda: client_from_config(config)),
-            store=store if store is not None else open_store(config.store_url),
+            store=store,
             debug_store=LLMDebugStore.from_config(config, redactor),
             owner=f"temporal:{self.identity}")
         self.worker = Worker(

@@ -92,18 +92,20 @@ def _server_env() -> dict[str, str]:
 
 @contextmanager
 def start_temporal_dev_server(namespace: str = DEFAULT_NAMESPACE, db_filename: Path | None = None,
-                              start_timeout_s: float = 60) -> Iterator[TemporalServer]:
+                              start_timeout_s: float = 60,
+                              port: int | None = None) -> Iterator[TemporalServer]:
     """Start ``temporal server start-dev`` on free 127.0.0.1 ports; stop it when the context ends.
 
     ``namespace`` is registered at start (``default`` always exists). With ``db_filename``
     the state survives a restart on the same file, for durability tests; otherwise it is
-    in memory. Raises ``ServerUnavailable`` when the binary is missing.
+    in memory; with ``port`` too, a restarted server is the same server to its clients.
+    Raises ``ServerUnavailable`` when the binary is missing.
     """
     binary = find_temporal_binary()
     started = time.monotonic()
     work_dir = Path(tempfile.mkdtemp(prefix="dagwright-temporal-"))
     log_path = work_dir / "server.log"
-    port = free_port()
+    port = port or free_port()
     command = [str(binary), "server", "start-dev", "--ip", LOOPBACK, "--port", str(port),
                "--http-port", str(free_port()), "--metrics-port", str(free_port()), "--headless",
                "--log-level", "warn", "--dynamic-config-value", "frontend.enableServerVersionCheck=false"]

@@ -17,6 +17,8 @@ flaky                resilience: a 503 retried after backoff (a workflow timer)
 side_effect          a non-idempotent failure is not re-sent; its dependant is skipped
 fan                  independent branches, a join, a failure beside successes
 ===================  ========================================================
+
+``bulk_plan`` builds plans of large outputs (the Temporal payload tests).
 """
 
 from __future__ import annotations
@@ -91,7 +93,20 @@ def build_catalog() -> Catalog:
         CALLS["bank.transfer"] += 1
         return {"sent": amount, "to": to}
 
+    @catalog.tool("bulk.chunk")
+    def chunk(n: int, kb: int) -> dict[str, Any]:
+        """A large document (``kb`` KiB of text, different for each ``n``)."""
+        CALLS["bulk.chunk"] += 1
+        line = f"chunk {n}: " + "lorem ipsum dolor sit amet " * 4 + "\n"
+        return {"n": n, "text": (line * (kb * 1024 // len(line) + 1))[:kb * 1024]}
+
     return catalog
+
+
+def bulk_plan(steps: int, kb: int) -> dict[str, Any]:
+    """``steps`` independent steps of ``kb`` KiB each (the run's outputs add up)."""
+    return {"steps": [{"id": f"part{n}", "tool": "bulk", "capability": "chunk",
+                       "params": {"n": n, "kb": kb}} for n in range(steps)]}
 
 
 PLANNED = {"steps": [

@@ -39,11 +39,21 @@ class WorkerProcess:
         self.process.send_signal(signal.SIGKILL)
         self.process.wait(10)
 
+    def pause(self) -> None:
+        """SIGSTOP: the worker freezes (a long GC pause, a VM paused, a laptop lid)."""
+        self.process.send_signal(signal.SIGSTOP)
+
+    def go_on(self) -> None:
+        """SIGCONT: it wakes up where it was, believing no time passed."""
+        self.process.send_signal(signal.SIGCONT)
+
 
 @contextmanager
 def start_workers(identities: list[str], env: Mapping[str, str],
-                  start_timeout_s: float = 60) -> Iterator[list[WorkerProcess]]:
-    """Start one worker per identity (in parallel) and wait until each polls."""
+                  start_timeout_s: float = 60,
+                  module: str = "orchestration") -> Iterator[list[WorkerProcess]]:
+    """Start one worker per identity (in parallel) and wait until each polls;
+    ``module`` is what ``python -m`` runs (a test's instrumented worker)."""
     log_dir = Path(tempfile.mkdtemp(prefix="dagwright-workers-"))
     workers: list[WorkerProcess] = []
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **env}
@@ -52,7 +62,7 @@ def start_workers(identities: list[str], env: Mapping[str, str],
             log_path = log_dir / f"{identity}.log"
             with log_path.open("wb") as log:
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "orchestration", "worker", "--identity", identity],
+                    [sys.executable, "-m", module, "worker", "--identity", identity],
                     cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL)
             workers.append(WorkerProcess(identity, process, log_path))
@@ -67,6 +77,7 @@ def start_workers(identities: list[str], env: Mapping[str, str],
     finally:
         for worker in workers:
             if worker.process.poll() is None:
+                worker.go_on()  # a paused worker must wake to be stopped
                 worker.process.terminate()
         for worker in workers:
             try:
