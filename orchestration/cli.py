@@ -849,7 +849,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_history_commands(sub)
     _add_serve_command(sub)
     _add_worker_command(sub)
+    _verbosity_everywhere(sub)
     return parser
+
+
+def _verbosity_everywhere(sub: Any) -> None:
+    """``-q``/``-v`` after any command too (``dagwright resume ID -q``, ``dagwright runs
+    list -v``), as after ``run``: every command parser, nested ones included."""
+    for command in sub.choices.values():
+        if "-q" not in command._option_string_actions:
+            _add_verbosity(command, argparse.SUPPRESS)
+        for action in command._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _verbosity_everywhere(action)
 
 
 # --- errors ------------------------------------------------------------------------------------

@@ -86,7 +86,9 @@ class OrchestratorConfig(BaseSettings):
         "use for Anthropic), json_schema or json_object (OpenAI-compatible only), none.",
     )
     llm_script: Path | None = Field(
-        None, description="JSON file with a list of scripted answers (provider scripted)."
+        None, description="JSON file with a list of scripted answers (provider scripted), "
+        "used in order, one per LLM call, from the first again in each new process: a plan "
+        "object (`{\"steps\": [...]}`) for a planning call, a string for an answer."
     )
     llm_max_retries: int = Field(
         2, ge=0, description="Retries of an LLM call after a rate limit, timeout or 5xx."

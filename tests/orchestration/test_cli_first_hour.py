@@ -193,3 +193,13 @@ def test_a_streamed_plan_is_announced_before_its_first_step() -> None:
     assert lines.getvalue().splitlines() == [
         "planning: steps start as the plan streams in [run r]", "  a: running   t.c",
         "plan ready: 3 step(s), 1 started as it streamed in [run r]"]
+
+
+@pytest.mark.parametrize("argv", [["resume", "abc", "-q"], ["runs", "list", "-q"],
+                                  ["approve", "abc", "pay", "-q"], ["tools", "-q"]])
+def test_quiet_and_verbose_are_taken_after_any_command(argv: list[str]) -> None:
+    """A new user typed `dagwright resume ID -q` as the README shows `run -q`: refused."""
+    from orchestration.cli import build_parser
+
+    assert build_parser().parse_args(argv).quiet is True
+    assert build_parser().parse_args([*argv[:-1], "-vv"]).verbose == 2
