@@ -142,6 +142,8 @@ def apply_decisions(
                 return {}
         elif decision.approved:
             run.steps.pop(step_id, None)  # it runs again, from the approved call
+            if decision.note:
+                run.approval_notes[step_id] = decision.note
         else:
             _rejected(run, item, "REJECTED",
                       f"rejected by a person: {decision.note or 'no note given'}")

@@ -248,7 +248,9 @@ class StepRunner:
         if approved is not None:
             # a person approved exactly this call: send it (it passes layer 2 and
             # validation again like any parameters)
-            decision = Decision(params=approved, layer="approval", note="approved by a person")
+            note = self.run.approval_notes.pop(state.step.id, None)
+            decision = Decision(params=approved, layer="approval",
+                                note="approved by a person" + (f": {note}" if note else ""))
             attempt, output = await self._attempt(state, decision, deadline)
         elif resend is not None:
             # the process stopped while this call was in flight: send exactly it again,

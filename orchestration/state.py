@@ -59,6 +59,9 @@ class RunState(BaseModel):
     """Calls (or the plan) waiting for a person; the run is ``awaiting_approval``."""
     approved_plan: bool = False
     """The whole plan was approved (``ORCH_APPROVE_PLANS``)."""
+    approval_notes: dict[str, str] = Field(default_factory=dict)
+    """The note a person gave with an approval, by step id, until the approved call's
+    attempt carries it."""
     event_seq: int = 0
     """The sequence number of the run's last event."""
     budget_exceeded: BudgetExceeded | None = None

@@ -266,3 +266,14 @@ def test_the_cli_lists_approves_and_rejects(tools: SideEffectTools, tmp_path: Pa
     assert rejected.returncode == 1 and "REJECTED" in rejected.stdout
     assert json.loads(cli("approvals", "list", "--json").stdout) == []
     assert tools.executed["/pay"] == 1
+
+
+def test_an_approvals_note_is_kept_on_the_approved_attempt(tools: SideEffectTools) -> None:
+    """A first-time user's finding: `Approval(note=...)`, `--note` and the API's note were
+    dropped, the attempt saying only "approved by a person"."""
+    orch = orchestrator(tools)
+    paused = orch.run(QUERY, plan=plan())
+    done = orch.resume(paused.run_id, approvals={"pay": Approval(approved=True,
+                                                                 note="checked with finance")})
+    assert done.steps["pay"].attempts[-1].note == "approved by a person: checked with finance"
+    assert done.steps["pay"].attempts[-1].layer == "approval"
