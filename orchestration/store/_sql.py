@@ -142,16 +142,15 @@ def _encode_event_data(data: dict[str, Any]) -> str:
     return to_json(data, fallback=str).decode()
 
 
-_MARK = ("INSERT INTO dagwright_calls (run_id, step_id, attempt, layer, params, "
-         "idempotency_key, started_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
-         "ON CONFLICT (run_id, step_id, attempt) DO UPDATE SET layer = excluded.layer, "
-         "params = excluded.params, idempotency_key = excluded.idempotency_key, "
-         "started_at = excluded.started_at, finished_at = NULL")
-_MARK_ONLY_OVER_FINISHED = " WHERE dagwright_calls.finished_at IS NOT NULL"
-_MARK_REPEAT = _MARK
+_MARK_UPSERT = ("INSERT INTO dagwright_calls (run_id, step_id, attempt, layer, params, "
+                "idempotency_key, started_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (run_id, step_id, attempt) DO UPDATE SET layer = excluded.layer, "
+                "params = excluded.params, idempotency_key = excluded.idempotency_key, "
+                "started_at = excluded.started_at, finished_at = NULL")
+_MARK_REPEAT = _MARK_UPSERT
 """The marker of a call sent again with its key by the run's new holder: it refreshes
 the open marker of the same call."""
-_MARK = _MARK + _MARK_ONLY_OVER_FINISHED
+_MARK = _MARK_UPSERT + " WHERE dagwright_calls.finished_at IS NOT NULL"
 """A call's marker. It may take the place of a *finished* marker of the same attempt
 number (a step paused for approval numbers its attempts anew), never of an open one: a
 second writer's marker for a call in flight changes no row, and the write fails
