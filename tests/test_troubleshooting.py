@@ -6,6 +6,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -115,9 +116,9 @@ def test_the_page_covers_every_error_class_the_cli_can_print() -> None:
     with what it means and what to do."""
     import inspect
 
-    from orchestration import _cli_kit, cli, errors
+    from orchestration import errors
 
-    kinds = {cls.__name__ for module in (errors, _cli_kit, cli)
+    kinds = {cls.__name__ for module in (errors, *_cli_modules())
              for _, cls in inspect.getmembers(module, inspect.isclass)
              if issubclass(cls, errors.DagwrightError) and cls is not errors.DagwrightError}
     assert {"ApprovalError", "RunLeased", "RunNotFound", "StoreError", "AmbiguousRunId"} <= kinds
@@ -128,9 +129,21 @@ def test_the_page_covers_every_error_class_the_cli_can_print() -> None:
 def test_every_next_step_the_cli_points_to_here_has_its_section() -> None:
     import re
 
-    from orchestration import cli
-
-    anchors = set(re.findall(r"docs/troubleshooting\.md#([\w-]+)", Path(cli.__file__).read_text()))
+    anchors = {anchor for module in _cli_modules()
+               for anchor in re.findall(r"docs/troubleshooting\.md#([\w-]+)",
+                                        Path(str(module.__file__)).read_text())}
     headings = {re.sub(r"[^\w -]", "", h).strip().lower().replace(" ", "-")
                 for h in re.findall(r"^## (.+)$", PAGE, re.M)}
     assert anchors and anchors <= headings, anchors - headings
+
+
+def _cli_modules() -> list[ModuleType]:
+    """Every module of the ``dagwright`` command (one per command group, and what they share)."""
+    import importlib
+    import pkgutil
+
+    from orchestration import cli
+
+    return [cli, *(importlib.import_module(info.name)
+                   for info in pkgutil.iter_modules(cli.__path__, "orchestration.cli.")
+                   if info.name != "orchestration.cli.__main__")]

@@ -1,0 +1,111 @@
+"""``dagwright approvals list``, ``dagwright approve`` and ``dagwright reject``: the calls
+that wait for a person, and the decision that continues their run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TextIO
+
+from orchestration.cli._exit_codes import exit_code_of
+from orchestration.cli._kit import full_run_id, read_store
+from orchestration.cli._parser import Commands
+from orchestration.cli._progress import Progress
+from orchestration.cli._render import render_result, write_next_steps
+from orchestration.config import OrchestratorConfig
+from orchestration.errors import DagwrightError
+from orchestration.orchestrator import Orchestrator
+from orchestration.result import Approval, PendingApproval
+from orchestration.store import RunStore
+
+
+def register(commands: Commands) -> None:
+    approvals = commands.add_parser("approvals", help="calls waiting for a person")
+    approvals_sub = approvals.add_subparsers(dest="approvals_command", required=True)
+    pending = approvals_sub.add_parser("list", help="pending approvals, of one run or of all")
+    pending.add_argument("run_id", nargs="?")
+    pending.add_argument("--json", action="store_true")
+    pending.set_defaults(fn=cmd_approvals_list)
+    approve = commands.add_parser("approve", help="approve a pending call and continue the run")
+    approve.add_argument("run_id")
+    approve.add_argument("step_id", help="the step (or @plan for the whole plan)")
+    approve.add_argument("--params", metavar="JSON",
+                         help="an edit of the proposed parameters as a JSON object, merged "
+                         "onto them (RFC 7396): name only the keys you change, e.g. "
+                         "'{\"amount\": 200}'; null removes a key; the result is validated "
+                         "as a whole. For @plan: a whole replacement plan")
+    approve.add_argument("--note")
+    approve.add_argument("--json", action="store_true")
+    approve.set_defaults(fn=cmd_approve)
+    reject = commands.add_parser("reject", help="reject a pending call; the run goes on "
+                                 "without it")
+    reject.add_argument("run_id")
+    reject.add_argument("step_id")
+    reject.add_argument("--note", required=True, help="why (kept in the step's error)")
+    reject.add_argument("--json", action="store_true")
+    reject.set_defaults(fn=cmd_reject)
+
+
+def _pending(run_id: str | None) -> list[tuple[str, PendingApproval]]:
+    """Pending approvals of one run, or of every run that waits."""
+    async def read(store: RunStore) -> list[tuple[str, PendingApproval]]:
+        if run_id is not None:
+            stored = await store.load(run_id)
+            runs = [stored] if stored is not None else []
+        else:
+            runs = [s for r in await store.list_runs(status="awaiting_approval", limit=500)
+                    if (s := await store.load(r.run_id)) is not None]
+        return [(s.state.run_id, p) for s in runs for p in s.state.pending_approvals]
+
+    return read_store(read)
+
+
+def cmd_approvals_list(args: argparse.Namespace, out: TextIO) -> int:
+    pending = _pending(full_run_id(args.run_id) if args.run_id else None)
+    if args.json:
+        out.write(json.dumps([{"run_id": rid, **p.model_dump(mode="json")} for rid, p in pending],
+                             indent=2) + "\n")
+        return 0
+    if not pending:
+        out.write("no approvals are pending\n")
+    for rid, p in pending:
+        what = f"{p.tool}.{p.capability}" if p.tool else "the whole plan"
+        out.write(f"{rid} {p.step_id}: {what} — {p.reason}\n    params: {json.dumps(p.params)}\n")
+    return 0
+
+
+def _decide(args: argparse.Namespace, out: TextIO, approved: bool) -> int:
+    params = None
+    if approved and args.params is not None:
+        try:
+            params = json.loads(args.params)
+        except ValueError as exc:
+            raise DagwrightError(f"--params is not JSON: {exc}") from exc
+        if not isinstance(params, dict):
+            raise DagwrightError("--params must be a JSON object of the step's parameters")
+    if OrchestratorConfig().catalog is None:
+        raise DagwrightError("deciding continues the run, which calls its tools: set "
+                             "ORCH_CATALOG to the catalog the run was started with")
+    args.run_id = full_run_id(args.run_id)
+    orch = Orchestrator.from_env()
+    try:
+        result = orch.resume(args.run_id, approvals={
+            args.step_id: Approval(approved=approved, params=params, note=args.note)},
+            on_event=Progress(sys.stderr))
+    finally:
+        orch.close()
+    if args.json:
+        out.write(json.dumps(result.to_dict(), indent=2) + "\n")
+    else:
+        render_result(result, out)
+        write_next_steps(result, out)
+    return exit_code_of(result)
+
+
+def cmd_approve(args: argparse.Namespace, out: TextIO) -> int:
+    return _decide(args, out, approved=True)
+
+
+def cmd_reject(args: argparse.Namespace, out: TextIO) -> int:
+    return _decide(args, out, approved=False)

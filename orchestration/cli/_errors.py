@@ -1,0 +1,69 @@
+"""How a command's error reaches the user: one redacted line saying what was wrong, and
+one saying what to do next (each error kind has its next step here)."""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+from orchestration.cli._kit import AmbiguousRunId
+from orchestration.errors import (
+    ApprovalError,
+    CatalogError,
+    ConfigError,
+    DagwrightError,
+    PlanningError,
+    RunLeased,
+    RunNotFound,
+    StoreError,
+)
+from orchestration.redaction import DEFAULT_REDACTOR
+
+
+class UsageError(DagwrightError):
+    """A command used wrongly; carries what to do next."""
+
+    def __init__(self, message: str, next_step: str) -> None:
+        super().__init__(message)
+        self.next_step = next_step
+
+
+def next_step_for(exc: DagwrightError) -> str:
+    if isinstance(exc, UsageError):
+        return exc.next_step
+    if isinstance(exc, AmbiguousRunId):
+        return "`dagwright runs list` shows the run ids; give the whole id or a longer prefix"
+    if isinstance(exc, ApprovalError):
+        return ("`dagwright approvals list RUN_ID` shows what waits and its exact parameters "
+                "(docs/troubleshooting.md#approvals)")
+    if isinstance(exc, RunLeased):
+        return ("wait for that process to end (or its lease, ORCH_STORE_LEASE_S, to expire), "
+                "then `dagwright resume RUN_ID` (docs/troubleshooting.md#the-run-store)")
+    if isinstance(exc, RunNotFound):
+        return ("check ORCH_STORE_URL: `dagwright runs list` shows the runs that store holds "
+                "(docs/troubleshooting.md#the-run-store)")
+    if isinstance(exc, StoreError):
+        return ("check that the run store ORCH_STORE_URL names is reachable and writable "
+                "(docs/troubleshooting.md#the-run-store)")
+    if isinstance(exc, ConfigError):
+        return ("fix the setting (docs/configuration.md lists every ORCH_* variable and its "
+                "values); `dagwright config` prints what is in effect")
+    if isinstance(exc, CatalogError):
+        return ("fix the catalog; `dagwright tools --catalog FILE` checks a catalog without "
+                "running anything (docs/troubleshooting.md)")
+    if isinstance(exc, PlanningError):
+        return ("check the LLM settings with `dagwright config`; to see what the LLM "
+                "answered, set ORCH_LLM_DEBUG_ENABLED=true and use `dagwright debug RUN_ID`")
+    return "see docs/troubleshooting.md"
+
+
+def print_error(message: str, next_step: str) -> None:
+    # stderr is a sink like any other: an error may quote a key or a catalog URL's password
+    print(f"dagwright: error: {DEFAULT_REDACTOR.redact(message)}\n  next: {next_step}",
+          file=sys.stderr)
+
+
+def show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: TextIO | None = None, line: str | None = None) -> None:
+    """Warnings as one line a user reads, not a source location."""
+    print(f"dagwright: warning: {message}", file=sys.stderr)

@@ -1,0 +1,128 @@
+"""``dagwright runs list|show``, ``dagwright resume`` and ``dagwright debug``: the run
+history in the run store (ORCH_STORE_URL), continuing a run whose process stopped, and
+the LLM exchanges of a run (the debug store). A run is named by its id or a prefix."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import TextIO, get_args
+
+from orchestration.cli._errors import UsageError, print_error
+from orchestration.cli._exit_codes import EXIT_OK, EXIT_RUN_FAILED, exit_code_of
+from orchestration.cli._kit import full_run_id, read_store
+from orchestration.cli._parser import Commands
+from orchestration.cli._render import render_result, write_next_steps
+from orchestration.config import OrchestratorConfig
+from orchestration.errors import DagwrightError
+from orchestration.orchestrator import Orchestrator
+from orchestration.result import RunStatus
+
+
+def register(commands: Commands) -> None:
+    runs = commands.add_parser("runs", help="the run history in the run store (ORCH_STORE_URL)")
+    runs_sub = runs.add_subparsers(dest="runs_command", required=True)
+    listing = runs_sub.add_parser("list", help="recent runs, newest first")
+    listing.add_argument("--status", choices=get_args(RunStatus), metavar="STATUS",
+                         help="only runs with this status: " + ", ".join(get_args(RunStatus)))
+    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(fn=cmd_runs_list)
+    show = runs_sub.add_parser("show", help="one run: its steps, attempts and answer")
+    show.add_argument("run_id")
+    show.add_argument("--json", action="store_true", help="print the RunResult as JSON")
+    show.set_defaults(fn=cmd_runs_show)
+    resume = commands.add_parser("resume", help="continue a run whose process stopped (needs "
+                                 "ORCH_CATALOG); finished steps are not run again")
+    resume.add_argument("run_id")
+    resume.add_argument("--json", action="store_true")
+    resume.set_defaults(fn=cmd_resume)
+    debug = commands.add_parser("debug", help="show one run's LLM prompts and answers from the "
+                                "debug store (ORCH_LLM_DEBUG_ENABLED)")
+    debug.add_argument("run_id", help="the run id (or a unique prefix of it)")
+    debug.add_argument("--path", help="debug store file (default: ORCH_LLM_DEBUG_PATH)")
+    debug.add_argument("--json", action="store_true", help="print the raw JSONL records")
+    debug.add_argument("--brief", action="store_true", help="cut each message to 500 chars")
+    debug.set_defaults(fn=cmd_debug)
+
+
+def _when(timestamp: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp)) if timestamp else "-"
+
+
+def cmd_runs_list(args: argparse.Namespace, out: TextIO) -> int:
+    runs = read_store(lambda store: store.list_runs(status=args.status, limit=args.limit))
+    if args.json:
+        out.write(json.dumps([r.model_dump(mode="json") for r in runs], indent=2) + "\n")
+        return 0
+    if not runs:
+        out.write(f"no runs in {OrchestratorConfig().store_url}\n")
+        return 0
+    for r in runs:
+        steps = ", ".join(f"{n} {status}" for status, n in sorted(r.steps.items())) or "no steps"
+        out.write(f"{r.run_id:34} {r.status:10} {_when(r.started_at)}  {steps}\n"
+                  f"    {r.query[:100]}\n")
+    return 0
+
+
+def cmd_runs_show(args: argparse.Namespace, out: TextIO) -> int:
+    args.run_id = full_run_id(args.run_id)
+    stored = read_store(lambda store: store.load(args.run_id))
+    result = None if stored is None else stored.state.to_result()
+    if result is None:
+        raise DagwrightError(f"no run {args.run_id!r} in {OrchestratorConfig().store_url}; "
+                             "'dagwright runs list' shows the runs it holds")
+    if args.json:
+        out.write(json.dumps(result.to_dict(), indent=2) + "\n")
+        return 0
+    out.write(f"run {result.run_id}: {result.query}\n")
+    render_result(result, out)
+    if result.error:
+        out.write(f"  error: {result.error}\n")
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
+    if OrchestratorConfig().catalog is None:
+        raise DagwrightError("resuming a run calls its tools: set ORCH_CATALOG to the catalog "
+                             "the run was started with")
+    args.run_id = full_run_id(args.run_id)
+    orch = Orchestrator.from_env()
+    try:
+        result = orch.resume(args.run_id)
+    finally:
+        orch.close()
+    if args.json:
+        out.write(json.dumps(result.to_dict(), indent=2) + "\n")
+    else:
+        out.write(f"run {result.run_id}: {result.query}\n")
+        render_result(result, out)
+        write_next_steps(result, out)
+    return exit_code_of(result)
+
+
+def cmd_debug(args: argparse.Namespace, out: TextIO) -> int:
+    from orchestration.debug_store import read_run, render_run
+
+    path = Path(args.path) if args.path else OrchestratorConfig().llm_debug_path
+    if not path.exists() and not path.with_name(path.name + ".1").exists():
+        raise UsageError(f"no LLM debug store at {path}",
+                         "set ORCH_LLM_DEBUG_ENABLED=true before the run (and "
+                         "ORCH_LLM_DEBUG_PATH to choose the file), or pass --path FILE")
+    try:
+        records = read_run(path, args.run_id)
+    except ValueError as exc:
+        raise UsageError(str(exc), "give more characters of the run id") from exc
+    if not records:
+        print_error(f"no LLM exchanges of run {args.run_id!r} in {path}",
+               "`dagwright run` prints the run id on its first line; the run must have "
+               "happened with ORCH_LLM_DEBUG_ENABLED=true")
+        return EXIT_RUN_FAILED
+    if args.json:
+        for record in records:
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    else:
+        out.write(render_run(records, full=not args.brief))
+    return EXIT_OK

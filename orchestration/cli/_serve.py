@@ -1,0 +1,45 @@
+"""``dagwright serve`` (the HTTP API and run viewer, the serve extra) and ``dagwright
+worker`` (a Temporal worker hosting runs, the temporal extra): the long-running commands."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TextIO
+
+from orchestration._extras import needs_extra
+from orchestration.cli._parser import Commands
+from orchestration.config import OrchestratorConfig
+from orchestration.errors import DagwrightError
+
+
+def register(commands: Commands) -> None:
+    http = commands.add_parser("serve", help="serve the HTTP API (/v1) and the run viewer "
+                               "(/ui); settings ORCH_SERVE_*, needs ORCH_CATALOG")
+    http.add_argument("--host", help="address to listen on (default: ORCH_SERVE_HOST, 127.0.0.1)")
+    http.add_argument("--port", type=int, help="port (default: ORCH_SERVE_PORT, 8080; 0: any)")
+    http.add_argument("--insecure", action="store_true",
+                      help="allow a non-loopback address without ORCH_SERVE_TOKEN")
+    http.set_defaults(fn=cmd_serve)
+    worker = commands.add_parser("worker", help="host runs on Temporal: poll the task queue "
+                                 "for run workflows and their tool and LLM calls (needs "
+                                 "ORCH_CATALOG; see docs/scale-out.md)")
+    worker.add_argument("--identity", help="this worker's name in Temporal (default host:pid)")
+    worker.add_argument("--task-queue", help="the task queue (default ORCH_TEMPORAL_TASK_QUEUE)")
+    worker.set_defaults(fn=cmd_worker)
+
+
+def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        from orchestration.server import serve
+    except ImportError as exc:
+        raise DagwrightError(needs_extra("dagwright serve", "serve", exc.name)) from exc
+    return serve(host=args.host, port=args.port, insecure=args.insecure, out=out)
+
+
+def cmd_worker(args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        from orchestration.temporal._worker import serve
+    except ImportError as exc:
+        raise DagwrightError(needs_extra("dagwright worker", "temporal", exc.name)) from exc
+    overrides = {"temporal_task_queue": args.task_queue} if args.task_queue else {}
+    return serve(OrchestratorConfig(**overrides), identity=args.identity)
