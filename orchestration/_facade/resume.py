@@ -1,0 +1,59 @@
+"""Continuing a stored run on the local backend: one whose process stopped (status
+``running``), or one waiting for a person (``awaiting_approval``) — its decisions applied
+and its overdue approvals expired first. See ``Orchestrator.aresume`` for the contract."""
+
+from __future__ import annotations
+
+import asyncio
+
+from orchestration._events import EventCallback
+from orchestration._facade.local_runs import LocalRuns
+from orchestration._facade.parts import FacadeParts
+from orchestration.errors import ApprovalError
+from orchestration.handle import RunHandle
+from orchestration.result import Approval, RunResult
+from orchestration.store._recorder import RunRecorder
+
+
+async def resume(
+    parts: FacadeParts,
+    local: LocalRuns,
+    run_id: str,
+    *,
+    approvals: dict[str, Approval] | None = None,
+    on_event: EventCallback | None = None,
+    started: asyncio.Future[RunHandle] | None = None,
+) -> RunResult:
+    stores = local.stores
+    await stores.open()
+    stored = await parts.store.load(run_id)
+    if stored is None:
+        raise stores.not_found(run_id)
+    run = stored.state
+    if approvals and run.status != "awaiting_approval":
+        raise ApprovalError(f"run {run_id!r} is not waiting for approval (it is "
+                            f"{run.status}); there is nothing to decide")
+    waiting = {sid: step for sid, step in run.steps.items()
+               if step.status == "awaiting_approval"}
+    expired = parts.engine.expire(run)
+    if run.status == "awaiting_approval" and not approvals and not expired:
+        return run.to_result()  # nothing decided: it keeps waiting
+    if run.status not in ("running", "awaiting_approval"):
+        if expired:  # the plan approval expired: the run has failed
+            await stores.save(run)
+        return run.to_result()
+    approved = {}
+    if approvals:
+        services = local.services(run, RunRecorder(None, run_id, lease_s=1.0))
+        approved = parts.engine.decide(run, approvals, services)
+        if run.status == "failed":  # the plan was rejected
+            await stores.save(run)
+            return run.to_result()
+    if run.pending_approvals and not approvals and not expired:
+        return run.to_result()
+    run.status = "running"
+    # steps a rejection or an expiry settled: recorded with the execution that follows
+    settled = [run.steps[sid] for sid in waiting
+               if sid in run.steps and run.steps[sid].status != "awaiting_approval"]
+    return await local.continue_run(stored, approved=approved, on_event=on_event,
+                                    started=started, settled=settled)

@@ -1,0 +1,50 @@
+"""The facade's delegation to Temporal (``ORCH_BACKEND=temporal``, the temporal extra):
+runs execute on ``dagwright worker`` processes; the facade starts, follows and decides
+them through :class:`~orchestration.temporal._client.TemporalRuns`, made on first use so
+that the local backend never imports the SDK."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from orchestration._extras import needs_extra
+from orchestration._facade.parts import FacadeParts
+from orchestration.errors import ConfigError
+
+if TYPE_CHECKING:
+    from orchestration.temporal._client import TemporalRuns
+
+
+class TemporalBackend:
+    def __init__(self, parts: FacadeParts) -> None:
+        self._parts = parts
+        self._runs: TemporalRuns | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self._parts.config.backend == "temporal"
+
+    def runs(self) -> TemporalRuns:
+        """The client side of runs on Temporal workers: the same engine runs them there."""
+        if self._runs is None:
+            try:
+                from orchestration.temporal._client import TemporalRuns
+            except ImportError as exc:
+                raise ConfigError(needs_extra("ORCH_BACKEND=temporal", "temporal",
+                                              exc.name)) from exc
+            self._runs = TemporalRuns(self._parts.config, store=self._parts.store)
+        return self._runs
+
+    def forget_loop(self) -> None:
+        """The current event loop ends: drop the client connection made on it."""
+        if self._runs is not None:
+            self._runs.forget_loop()
+
+    def refuse(self, what: str) -> None:
+        """Background runs and cancellation (what ``dagwright serve`` uses) are run by
+        this process; on Temporal the workflow owns the run."""
+        if self.enabled:
+            raise ConfigError(
+                f"{what} runs on the local backend only, and ORCH_BACKEND=temporal is set: "
+                "use arun/aresume (the run executes on the workers), or unset ORCH_BACKEND "
+                "for this process")
