@@ -34,6 +34,7 @@ _CATEGORIES: list[tuple[str, str]] = [
     ("orchestration/transport.py", "dagwright: transport (ToolTransport.call)"),
     ("orchestration/protocol.py", "dagwright: answer classification (protocol.py)"),
     ("orchestration/orchestrator.py", "dagwright: facade (arun, results)"),
+    ("orchestration/_facade/", "dagwright: facade (arun, results)"),
     ("orchestration/", "dagwright: other"),
     ("/jsonschema/", "jsonschema pre-flight validation"),
     ("/referencing/", "jsonschema pre-flight validation"),
