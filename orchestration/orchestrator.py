@@ -34,7 +34,7 @@ from orchestration._facade.local_runs import LocalRuns
 from orchestration._facade.loop_resources import TransportPool, run_on_new_loop
 from orchestration._facade.resume import resume
 from orchestration._facade.store_access import RunStoreAccess
-from orchestration._facade.temporal import TemporalBackend
+from orchestration._facade.temporal import TemporalBackend, llm_for
 from orchestration.catalog import Catalog
 from orchestration.clock import Clock
 from orchestration.config import OrchestratorConfig
@@ -43,7 +43,6 @@ from orchestration.errors import ConfigError, DagwrightError
 from orchestration.events import RunEvent
 from orchestration.handle import RunHandle
 from orchestration.layer_settings import LayerSettings
-from orchestration.llm._factory import client_from_config
 from orchestration.llm.base import LLMClient
 from orchestration.plan import Plan, ValidatedPlan
 from orchestration.redaction import Redactor
@@ -85,7 +84,7 @@ class Orchestrator:
     ) -> None:
         self.config = config or OrchestratorConfig()
         self.catalog = catalog
-        self.llm = llm if llm is not None else client_from_config(self.config)
+        self.llm = llm if llm is not None else llm_for(self.config)
         check_prices(self.config, getattr(self.llm, "model", None))
         self.telemetry = Telemetry.create(tracer_provider, registry, meter_provider)
         self.redactor = Redactor.from_config(self.config, catalog)

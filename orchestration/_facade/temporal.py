@@ -9,10 +9,43 @@ from typing import TYPE_CHECKING
 
 from orchestration._extras import needs_extra
 from orchestration._facade.parts import FacadeParts
+from orchestration.config import OrchestratorConfig
 from orchestration.errors import ConfigError
+from orchestration.llm._factory import client_from_config
+from orchestration.llm.base import LLMClient, LLMRequest, LLMResponse
 
 if TYPE_CHECKING:
     from orchestration.temporal._client import TemporalRuns
+
+
+def llm_for(config: OrchestratorConfig) -> LLMClient:
+    """The client the config describes; on Temporal, where the workers make a run's LLM
+    calls, a client without LLM settings of its own gets :class:`LLMOnTheWorkers`
+    instead of a :class:`ConfigError` (``dagwright resume`` on a Temporal client)."""
+    try:
+        return client_from_config(config)
+    except ConfigError as exc:
+        if config.backend != "temporal":
+            raise
+        return LLMOnTheWorkers(str(exc))
+
+
+class LLMOnTheWorkers:
+    """The LLM of a Temporal client without LLM settings: its runs never call it (the
+    workers do); a call made here (``plan``) raises what the settings lack."""
+
+    provider = "temporal"
+    model: str | None = None
+
+    def __init__(self, missing: str) -> None:
+        self.missing = missing
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        raise ConfigError(f"this process has no LLM of its own ({self.missing}); with "
+                          "ORCH_BACKEND=temporal the workers make the runs' LLM calls")
+
+    async def aclose(self) -> None:
+        return None
 
 
 class TemporalBackend:

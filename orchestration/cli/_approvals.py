@@ -9,13 +9,11 @@ import sys
 from typing import TextIO
 
 from orchestration.cli._exit_codes import exit_code_of
-from orchestration.cli._kit import full_run_id, read_store
+from orchestration.cli._kit import continuing, full_run_id, read_store
 from orchestration.cli._parser import Commands
 from orchestration.cli._progress import Progress
 from orchestration.cli._render import render_result, write_next_steps
-from orchestration.config import OrchestratorConfig
 from orchestration.errors import DagwrightError
-from orchestration.orchestrator import Orchestrator
 from orchestration.result import Approval, PendingApproval
 from orchestration.store import RunStore
 
@@ -84,12 +82,9 @@ def _decide(args: argparse.Namespace, out: TextIO, approved: bool) -> int:
             raise DagwrightError(f"--params is not JSON: {exc}") from exc
         if not isinstance(params, dict):
             raise DagwrightError("--params must be a JSON object of the step's parameters")
-    if OrchestratorConfig().catalog is None:
-        raise DagwrightError("deciding continues the run, which calls its tools: set "
-                             "ORCH_CATALOG to the catalog the run was started with")
-    args.run_id = full_run_id(args.run_id)
-    orch = Orchestrator.from_env()
+    orch = continuing("deciding continues the run, which calls its tools")
     try:
+        args.run_id = full_run_id(args.run_id)
         result = orch.resume(args.run_id, approvals={
             args.step_id: Approval(approved=approved, params=params, note=args.note)},
             on_event=Progress(sys.stderr))

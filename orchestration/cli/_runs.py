@@ -12,12 +12,11 @@ from typing import TextIO, get_args
 
 from orchestration.cli._errors import UsageError, print_error
 from orchestration.cli._exit_codes import EXIT_OK, EXIT_RUN_FAILED, exit_code_of
-from orchestration.cli._kit import full_run_id, read_store
+from orchestration.cli._kit import continuing, full_run_id, read_run, read_store
 from orchestration.cli._parser import Commands
 from orchestration.cli._render import render_result, write_next_steps
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import DagwrightError
-from orchestration.orchestrator import Orchestrator
 from orchestration.result import RunStatus
 
 
@@ -35,7 +34,8 @@ def register(commands: Commands) -> None:
     show.add_argument("--json", action="store_true", help="print the RunResult as JSON")
     show.set_defaults(fn=cmd_runs_show)
     resume = commands.add_parser("resume", help="continue a run whose process stopped (needs "
-                                 "ORCH_CATALOG); finished steps are not run again")
+                                 "ORCH_CATALOG; on Temporal, follow it on its workers); "
+                                 "finished steps are not run again")
     resume.add_argument("run_id")
     resume.add_argument("--json", action="store_true")
     resume.set_defaults(fn=cmd_resume)
@@ -69,8 +69,7 @@ def cmd_runs_list(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_runs_show(args: argparse.Namespace, out: TextIO) -> int:
     args.run_id = full_run_id(args.run_id)
-    stored = read_store(lambda store: store.load(args.run_id))
-    result = None if stored is None else stored.state.to_result()
+    result = read_run(args.run_id)
     if result is None:
         raise DagwrightError(f"no run {args.run_id!r} in {OrchestratorConfig().store_url}; "
                              "'dagwright runs list' shows the runs it holds")
@@ -85,12 +84,9 @@ def cmd_runs_show(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
-    if OrchestratorConfig().catalog is None:
-        raise DagwrightError("resuming a run calls its tools: set ORCH_CATALOG to the catalog "
-                             "the run was started with")
-    args.run_id = full_run_id(args.run_id)
-    orch = Orchestrator.from_env()
+    orch = continuing("resuming a run calls its tools")
     try:
+        args.run_id = full_run_id(args.run_id)
         result = orch.resume(args.run_id)
     finally:
         orch.close()

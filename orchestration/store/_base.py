@@ -227,9 +227,12 @@ class RunStore(Protocol):
         """Delete finished runs that ended before ``cutoff``; how many were deleted."""
 
     async def put_payloads(self, run_id: str, payloads: dict[str, bytes]) -> None:
-        """Keep large values of a run by key (a key's value never changes: a repeat is a
-        no-op), committed durably: the Temporal backend's history refers to them (the
-        claim-check pattern, see docs/scale-out.md). Deleted with their run."""
+        """Keep values of a run by key, committed durably; the first value written for a
+        key is kept (a later one is a no-op). The Temporal backend's history refers to its
+        large values here (the claim-check pattern), and its workers keep the claims and
+        answers of side-effect calls here, where the first claim of an attempt must hold
+        (``orchestration/temporal/_call_ledger.py``; see docs/scale-out.md). Deleted with
+        their run."""
 
     async def get_payloads(self, run_id: str, keys: list[str]) -> dict[str, bytes]:
         """The values of ``keys`` kept for ``run_id`` (a key not kept is absent)."""

@@ -8,6 +8,9 @@
   and 4, synthesis); a failure comes back classified as the :class:`LLMError` it was.
 * ``dagwright.record_run`` — a settled run (paused or ended) written to the workers' run
   store, so ``get_run``/``list_runs``/``runs show`` read Temporal runs like local ones.
+* ``dagwright.reconcile_call`` — what became of a side-effect call whose activity ended
+  without an answer, from the run store (:mod:`orchestration.temporal._call_ledger`): the
+  call is fenced there, and an answer the worker recorded is the call's outcome.
 
 Neither call activity raises for a failed call: failures are data the engine decides on
 in the workflow. An activity fails only when something is wrong with the worker itself.
@@ -44,9 +47,11 @@ from orchestration.store import RunStore
 from orchestration.store._base import SaveEvent, SaveStep
 from orchestration.store._recorder import snapshot
 from orchestration.telemetry._observer import Observer
+from orchestration.temporal._call_ledger import CallLedger, CallSlot, is_unknown_if_lost
 from orchestration.temporal._payloads import (
     CALL_TOOL,
     LLM_COMPLETE,
+    RECONCILE_CALL,
     RECORD_RUN,
     call_result_to_payload,
     llm_error_to_payload,
@@ -132,8 +137,12 @@ class RunActivities:
         step = Step(id=request.get("step_id") or "call", tool=capability.tool,
                     capability=capability.name, params=params)
         # a call not safe to repeat leaves only once this attempt has proved it is still
-        # the live one (a worker paused past its heartbeat timeout must not send late)
-        trace = None if capability.is_idempotent else CallTrace(gate=self._still_live)
+        # the live one (a worker paused past its heartbeat timeout must not send late);
+        # one that would be unknown if lost is claimed in the run store too, and its
+        # answer kept there: the run reads it when Temporal could not deliver it
+        slot = self._slot(run_id) if is_unknown_if_lost(capability) else None
+        trace = None if capability.is_idempotent else CallTrace(
+            gate=lambda: self._may_send(slot))
         with (self.observer.step(run_id, step, capability) as observation,
               observation.call(request.get("attempt") or 1, request.get("layer") or "plan",
                                headers) as call):
@@ -141,15 +150,42 @@ class RunActivities:
                 capability, params, timeout_s=float(request["timeout_s"]), headers=headers,
                 trace=trace))
             call.answered(result)
-        return call_result_to_payload(result)
+        answer = call_result_to_payload(result)
+        if slot is not None and trace is not None and trace.dispatched:
+            await self._keep_answer(slot, answer)
+        return answer
 
-    async def _still_live(self) -> StepError | None:
+    def _slot(self, run_id: str) -> CallSlot | None:
+        info = activity.info()
+        if self.store is None or not info.workflow_run_id:
+            return None
+        return CallSlot(run_id, info.workflow_run_id, info.activity_id)
+
+    async def _may_send(self, slot: CallSlot | None) -> StepError | None:
         """The fence of a side effect on a worker, awaited right before its first byte
-        leaves: a heartbeat sent now and acknowledged by the server proves Temporal still
-        waits for this attempt (and will for a full heartbeat timeout). An attempt the
-        server has given up on — its worker was paused or cut off past the heartbeat
-        timeout, and the run has gone on (``OUTCOME_UNKNOWN``) — is refused here, not
-        sent; so is one whose liveness cannot be proved (the server unreachable)."""
+        leaves: the attempt proves to Temporal that it is the live one, then (a call that
+        would be unknown if lost) claims it in the run store, where the run fences an
+        attempt it has given up on. Refused: not sent."""
+        why = await self._why_not_live()
+        if why is None and slot is not None:
+            why = await self._why_not_claimed(slot)
+        if why is None:
+            return None
+        info = activity.info()
+        log.warning("worker %s: %s attempt %s of run %s not sent: %s", self.owner,
+                    info.activity_type, info.attempt, info.workflow_id, why)
+        return StepError(
+            category=ErrorCategory.CONNECTION_ERROR, code="ATTEMPT_FENCED",
+            message=f"worker {self.owner} did not send the call: it could not prove its "
+                    f"Temporal activity was still the live attempt ({why})",
+            source=ErrorSource.ENGINE, retryable=True, request_sent=False)
+
+    async def _why_not_live(self) -> str | None:
+        """Why this attempt is not provably the live one (None: it is): a heartbeat sent
+        now and acknowledged by the server proves Temporal still waits for it (and will
+        for a full heartbeat timeout). An attempt the server has given up on — its worker
+        was paused or cut off past the heartbeat timeout, and the run has gone on — is
+        refused; so is one whose liveness cannot be proved (the server unreachable)."""
         info = activity.info()
         why: str | None = None
         if activity.is_cancelled():
@@ -172,15 +208,42 @@ class RunActivities:
             else:
                 if answer.cancel_requested:
                     why = "the run cancelled the activity"
-        if why is None:
+        return why
+
+    async def _why_not_claimed(self, slot: CallSlot) -> str | None:
+        """Claim the attempt in the run store (None: claimed, it may leave). A run that
+        gave up on it has fenced it there first; a store that cannot take the claim
+        stops the call too, as a local run's call marker does."""
+        try:
+            held = await CallLedger(await self._opened_store()).claim(slot, self.owner)
+        except Exception as exc:  # a StoreError: nothing may leave unrecorded
+            return f"the run store could not record its claim ({exc})"
+        return None if held is None else f"the run fenced this attempt in the run store: {held}"
+
+    async def _keep_answer(self, slot: CallSlot, answer: dict[str, Any]) -> None:
+        """The tool answered: keep the answer where the run can read it should Temporal
+        no longer hold this attempt (the activity's own result would then be dropped)."""
+        try:
+            await CallLedger(await self._opened_store()).record(slot, answer)
+        except Exception as exc:  # the answer still goes to Temporal
+            log.warning("worker %s: the answer to run %s's call (activity %s) could not be "
+                        "kept in the run store: %s", self.owner, slot.run_id,
+                        slot.activity_id, exc)
+
+    @activity.defn(name=RECONCILE_CALL)
+    async def reconcile_call(self, payload: dict[str, Any]) -> dict[str, Any] | None:
+        """What became of a side-effect call whose activity ended without an answer:
+        fenced in the run store now, with the answer its worker recorded, if any (None:
+        this worker has no run store)."""
+        if self.store is None:
             return None
-        log.warning("worker %s: %s attempt %s of run %s not sent: %s", self.owner,
-                    info.activity_type, info.attempt, info.workflow_id, why)
-        return StepError(
-            category=ErrorCategory.CONNECTION_ERROR, code="ATTEMPT_FENCED",
-            message=f"worker {self.owner} did not send the call: it could not prove its "
-                    f"Temporal activity was still the live attempt ({why})",
-            source=ErrorSource.ENGINE, retryable=True, request_sent=False)
+        slot = CallSlot.from_payload(payload)
+        settled = await CallLedger(await self._opened_store()).settle(slot)
+        if settled.answer is not None:
+            log.warning("run %s: the answer to a call (activity %s) reached worker %s after "
+                        "Temporal had given up on it; the run takes it from the run store",
+                        slot.run_id, slot.activity_id, settled.claimed_by)
+        return settled.to_payload()
 
     # --- LLM calls ---------------------------------------------------------------------------
     def _client(self) -> LLMClient:
@@ -231,17 +294,23 @@ class RunActivities:
         """Write a paused or finished run (and its new events) to the workers' store."""
         if self.store is None:
             return
-        if not self._store_opened:
-            await self.store.open()
-            self._store_opened = True
+        store = await self._opened_store()
         state = RunState.model_validate(payload["state"])
         record = snapshot(state)
-        await self.store.create_run(record, owner=self.owner, lease_s=_LEASE_FOREVER_S)
-        await self.store.write([
+        await store.create_run(record, owner=self.owner, lease_s=_LEASE_FOREVER_S)
+        await store.write([
             record, *(SaveStep(state.run_id, step) for step in state.steps.values()),
             *(SaveEvent.of(RunEvent.model_validate(e)) for e in payload["events"])])
         if state.status not in ("running", "awaiting_approval"):
-            await self.store.release(state.run_id, owner=self.owner)
+            await store.release(state.run_id, owner=self.owner)
+
+    async def _opened_store(self) -> RunStore:
+        if self.store is None:
+            raise DagwrightError("this worker has no run store")
+        if not self._store_opened:
+            await self.store.open()  # opening an open store is a no-op
+            self._store_opened = True
+        return self.store
 
     async def aclose(self) -> None:
         """Close the transport's pool, the LLM client and the store."""
@@ -255,4 +324,4 @@ class RunActivities:
             self._store_opened = False
 
     def activities(self) -> list[Callable[..., Any]]:
-        return [self.call_tool, self.llm_complete, self.record_run]
+        return [self.call_tool, self.llm_complete, self.record_run, self.reconcile_call]

@@ -19,7 +19,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 from typing import Any
 
 from temporalio.client import (
@@ -48,7 +48,7 @@ from orchestration.result import Approval, RunResult
 from orchestration.state import RunState
 from orchestration.store import RunStore
 from orchestration.store._recorder import snapshot
-from orchestration.temporal._payload_store import with_payload_store
+from orchestration.temporal._payload_store import PayloadMissing, with_payload_store
 from orchestration.temporal._payloads import WORKFLOW, config_to_payload
 from orchestration.temporal._worker import connect
 
@@ -110,12 +110,18 @@ class TemporalRuns:
                 static_summary=query[:200])
         except WorkflowAlreadyStartedError:
             handle = client.get_workflow_handle(run_id)
+            if await self._status(handle) is not WorkflowExecutionStatus.RUNNING:
+                ended = await self._result(handle)  # from its history (or the store)
+                _check_same_query(run_id, ended.query, query)
+                return ended.to_result()
+            if await self._failing_tasks(handle):
+                # it cannot be queried (a query would wait in vain): the query it was
+                # started with says whether it is this run; follow it to its next
+                # settle, or until it is ended as stuck
+                _check_same_query(run_id, await self._query_of(handle), query)
+                return await self._follow(handle, 0, on_event, 0)
             existing = await self._query_run(handle)
-            if existing["state"]["query"] != query:
-                raise DagwrightError(
-                    f"run {run_id!r} already exists for another query "
-                    f"({existing['state']['query'][:200]!r}); choose another run_id, or resume it"
-                ) from None
+            _check_same_query(run_id, existing["state"]["query"], query)
             if existing["state"]["status"] not in ("running",):
                 return RunState.model_validate(existing["state"]).to_result()
             return await self._follow(handle, existing["settled"], on_event, 0)
@@ -172,7 +178,9 @@ class TemporalRuns:
 
         A workflow that cannot be queried (the server unreachable, its workflow task
         failing) is answered from the run store, as the workers last recorded it, with a
-        warning saying why; with nothing in the store either, :class:`BackendUnavailable`."""
+        warning saying why; with nothing in the store either, :class:`BackendUnavailable`.
+        A run whose workflow task keeps failing past the run's deadline is ended here
+        (``failed``, ``WORKFLOW_STUCK``), as a client following it would: nobody may be."""
         try:
             with self._answering(run_id, "reading the run"):
                 handle = (await self.client()).get_workflow_handle(run_id)
@@ -183,6 +191,10 @@ class TemporalRuns:
                         return None
                     raise
                 failing = _failed_attempts(raw)
+                if self._past_saving(raw):  # nobody else may be following it: end it
+                    state = await self._end_stuck(handle, raw.pending_workflow_task.attempt,
+                                                   _started(raw))
+                    return state.to_result()
                 if failing:  # a query would wait for a task that keeps failing
                     raise BackendUnavailable(
                         f"run {run_id!r}: its workflow task has failed {failing} time(s) "
@@ -225,6 +237,11 @@ class TemporalRuns:
         :class:`RunNotFound`, or :class:`BackendUnavailable` saying how to look."""
         try:
             yield
+        except PayloadMissing as exc:  # this client's run store is not the workers'
+            raise PayloadMissing(
+                f"{exc} The run itself is the workers' and goes on without this caller (it "
+                f"may have finished): read it with `dagwright runs show {run_id}` where "
+                "ORCH_STORE_URL is the workers'.") from exc
         except DagwrightError:
             raise
         except RPCError as exc:
@@ -326,21 +343,30 @@ class TemporalRuns:
         while True:
             await asyncio.sleep(interval)
             raw = (await handle.describe()).raw_description
-            if raw.workflow_execution_info.status != WorkflowExecutionStatus.RUNNING.value:
-                continue  # it ended: the settled side reads how
-            attempts = raw.pending_workflow_task.attempt
-            started = raw.workflow_execution_info.start_time.ToDatetime(UTC)
-            age = (datetime.now(UTC) - started).total_seconds()
-            # past the deadline by two task timeouts: a healthy run has ended itself by then
-            grace = 2 * self.config.temporal_workflow_task_timeout_s
-            if attempts >= _STUCK_ATTEMPTS and age > self.config.run_timeout_s + grace:
-                return await self._end_stuck(handle, attempts, started.timestamp())
+            if self._past_saving(raw):
+                return await self._end_stuck(handle, raw.pending_workflow_task.attempt,
+                                             _started(raw))
+
+    def _past_saving(self, raw: Any) -> bool:
+        """Whether a run (its workflow's raw description) cannot make progress: still
+        running, its workflow task failed ``_STUCK_ATTEMPTS`` times in a row, and past
+        its deadline by two workflow task timeouts (a healthy run has ended itself by
+        then)."""
+        if raw.workflow_execution_info.status != WorkflowExecutionStatus.RUNNING.value:
+            return False  # it ended: whoever reads it learns how
+        age = time.time() - _started(raw)
+        grace = 2 * self.config.temporal_workflow_task_timeout_s
+        return bool(raw.pending_workflow_task.attempt >= _STUCK_ATTEMPTS
+                    and age > self.config.run_timeout_s + grace)
 
     async def _end_stuck(self, handle: WorkflowHandle[Any, Any], attempts: int,
                          started_at: float) -> RunState:
+        last = await self._last_task_failure(handle)
+        why = (f"the last failure, as the worker reported it: {last}" if last else
+               "a payload over Temporal's limits, a non-determinism error or a bug on the "
+               "workers; the workers' logs say which")
         reason = (f"WORKFLOW_STUCK: the run's Temporal workflow task failed {attempts} times "
-                  "in a row (a payload over Temporal's limits, a non-determinism error or a "
-                  "bug on the workers; the workers' logs say which) and the run's deadline "
+                  f"in a row ({why}) and the run's deadline "
                   f"(ORCH_RUN_TIMEOUT_S={self.config.run_timeout_s:g}) passed, so the run was "
                   "ended; steps that ran are in the workers' logs and the run store")
         log.error("run %s: %s", handle.id, reason)
@@ -359,6 +385,18 @@ class TemporalRuns:
         with contextlib.suppress(RPCError):  # already ended by someone else: fine
             await handle.terminate(reason=reason[:1000])
         return state
+
+    async def _last_task_failure(self, handle: WorkflowHandle[Any, Any]) -> str:
+        """The message of the run's last failed workflow task, from its history (Temporal
+        keeps the first of a streak of failures there), at most 1,000 characters."""
+        last = ""
+        try:
+            async for event in handle.fetch_history_events():
+                if event.HasField("workflow_task_failed_event_attributes"):
+                    last = event.workflow_task_failed_event_attributes.failure.message
+        except RPCError as exc:
+            log.warning("run %s: its history could not be read (%s)", handle.id, exc)
+        return last[:1000]
 
     async def _query_of(self, handle: WorkflowHandle[Any, Any]) -> str:
         """The run's query, from the input its workflow was started with."""
@@ -422,6 +460,19 @@ class TemporalRuns:
 
 _STUCK_ATTEMPTS = 3
 """Workflow task attempts in a row after which a run past its deadline is ended."""
+
+
+def _started(raw: Any) -> float:
+    """When the workflow (its raw description) started, as a timestamp."""
+    return float(raw.workflow_execution_info.start_time.ToDatetime(UTC).timestamp())
+
+
+def _check_same_query(run_id: str, existing: str, query: str) -> None:
+    if existing != query:
+        raise DagwrightError(
+            f"run {run_id!r} already exists for another query ({existing[:200]!r}); "
+            "choose another run_id, or resume it")
+
 
 def _failed_attempts(raw: Any) -> int:
     """How many times in a row the workflow's pending task has failed (0: none pending, or

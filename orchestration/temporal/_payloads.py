@@ -22,6 +22,7 @@ from orchestration.protocol import StepError
 __all__ = [
     "CALL_TOOL",
     "LLM_COMPLETE",
+    "RECONCILE_CALL",
     "RECORD_RUN",
     "WORKFLOW",
     "call_result_from_payload",
@@ -44,6 +45,9 @@ LLM_COMPLETE = "dagwright.llm_complete"
 """The activity that makes one LLM call (planning, layers 3 and 4, synthesis)."""
 RECORD_RUN = "dagwright.record_run"
 """The activity that writes a settled run to the workers' run store."""
+RECONCILE_CALL = "dagwright.reconcile_call"
+"""The activity that reads what became of a side-effect call whose activity ended without
+an answer, from the run store (:mod:`orchestration.temporal._call_ledger`)."""
 
 _NOT_SENT = frozenset({"store_url"})
 """Settings that are not the run's to carry: the store URL may hold a password, and where

@@ -26,7 +26,9 @@ history exactly as on the local backend. A call whose worker was lost (no heartb
 within ``ORCH_TEMPORAL_HEARTBEAT_TIMEOUT_S``) comes back as a classified error: a
 transport fault the resilience layer may repeat when the capability is idempotent or
 sends an idempotency key, and ``OUTCOME_UNKNOWN`` when it has a side effect and no key —
-never a second send.
+never a second send — unless its worker recorded the tool's answer in the run store
+(a late answer: the ``dagwright.reconcile_call`` activity reads it,
+:mod:`orchestration.temporal._call_ledger`).
 """
 
 from __future__ import annotations
@@ -68,9 +70,11 @@ from orchestration.telemetry._observer import (
     NullStepObservation,
     StepObservation,
 )
+from orchestration.temporal._call_ledger import CallSlot, Settled, is_unknown_if_lost
 from orchestration.temporal._payloads import (
     CALL_TOOL,
     LLM_COMPLETE,
+    RECONCILE_CALL,
     call_result_from_payload,
     llm_error_from_payload,
     llm_request_to_payload,
@@ -89,6 +93,13 @@ __all__ = [
 
 NO_TEMPORAL_RETRY = TemporalRetryPolicy(maximum_attempts=1)
 """Every call activity runs at most once per decision: the engine decides on repeats."""
+
+RECONCILING = "dagwright-reconcile-lost-calls"
+"""The patch id of reconciling lost side-effect calls with the run store: a history
+recorded before it replays without the ``dagwright.reconcile_call`` activity."""
+_RECONCILE_RETRY = TemporalRetryPolicy(maximum_attempts=3, initial_interval=timedelta(seconds=1))
+"""Reading the run store is harmless to repeat; a store that stays down leaves the call
+``OUTCOME_UNKNOWN``."""
 
 CALL_GRACE_S = 10.0
 """Time an activity gets beyond its call's own timeout (scheduling, the worker's work)."""
@@ -191,8 +202,27 @@ class ActivityTransport(ToolTransport):
                 heartbeat_timeout=timedelta(seconds=self.config.temporal_heartbeat_timeout_s),
                 retry_policy=NO_TEMPORAL_RETRY, summary=summary)
         except ActivityError as exc:
-            return CallResult(error=lost_call_error(capability, params, exc, label))
+            settled = None
+            if is_unknown_if_lost(capability) and workflow.patched(RECONCILING):
+                settled = await _reconcile(exc)
+                if settled is not None and settled.answer is not None:
+                    return call_result_from_payload(settled.answer)  # a late answer
+            return CallResult(error=lost_call_error(capability, params, exc, label, settled))
         return call_result_from_payload(answer)
+
+
+async def _reconcile(lost: ActivityError) -> Settled | None:
+    """Fence the lost call in the run store and read what its worker recorded there
+    (None: the store could not be read, or the worker has none)."""
+    info = workflow.info()
+    slot = CallSlot(info.workflow_id, info.run_id, lost.activity_id)
+    try:
+        settled = await workflow.execute_activity(
+            RECONCILE_CALL, slot.to_payload(), start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=_RECONCILE_RETRY, summary=f"reconcile call {lost.activity_id}")
+    except ActivityError:
+        return None
+    return Settled.from_payload(settled) if settled is not None else None
 
 
 def _how_lost(exc: ActivityError) -> tuple[str, bool]:
@@ -210,20 +240,27 @@ def _how_lost(exc: ActivityError) -> tuple[str, bool]:
 
 
 def lost_call_error(capability: Capability, params: dict[str, Any], exc: ActivityError,
-                    label: CallLabel | None) -> StepError:
+                    label: CallLabel | None, settled: Settled | None = None) -> StepError:
     """The classified error of a call whose activity did not come back with an answer.
 
     The request may have left before the worker was lost. A capability that is
     idempotent, or sends an idempotency key, may be sent again: that is a transport fault
     for the resilience layer (which repeats it under the step's retry policy, with the
     same key). One with a side effect and no key must not be: ``OUTCOME_UNKNOWN``, the
-    same verdict a local resume gives a call that was in flight when its process died.
+    same verdict a local resume gives a call that was in flight when its process died
+    (``settled``: what the run store knew of it — no answer).
     """
     how, lost = _how_lost(exc)
     details: dict[str, Any] = {"request": params, "activity": how}
     if label is not None:
         details.update(attempt=label.attempt, layer=label.layer)
-    if not capability.is_idempotent and not capability.idempotency_key_header:
+    if settled is not None:
+        details["run_store"] = (
+            f"claimed by worker {settled.claimed_by}, which recorded no answer"
+            if settled.claimed_by is not None else
+            "no worker had claimed the call; it is fenced now, so no worker sharing the "
+            "run store will send it")
+    if is_unknown_if_lost(capability):
         return StepError(
             category=ErrorCategory.INTERNAL_ERROR, code=OUTCOME_UNKNOWN,
             message=f"the call's Temporal activity ended without an answer ({how}); the tool "

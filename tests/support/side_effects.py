@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -121,6 +121,25 @@ class SideEffectTools:
 @contextmanager
 def side_effect_tools() -> Iterator[SideEffectTools]:
     tools = SideEffectTools()
+    with serve_json(lambda method, path, body, headers: tools.handle(
+            method, path, body, headers.get("idempotency-key"))) as url:
+        tools.url = url
+        try:
+            yield tools
+        finally:
+            tools.release.set()
+            for _, release in tools._first.values():
+                release.set()
+
+
+Answer = Callable[[str, str, dict[str, Any], Mapping[str, str]], tuple[int, dict[str, Any]]]
+"""A loopback tool's handler: (method, path, JSON body or query, headers by lower-case
+name) → (status, JSON)."""
+
+
+@contextmanager
+def serve_json(answer: Answer) -> Iterator[str]:
+    """Serve ``answer`` over HTTP/1.1 on 127.0.0.1 (a thread per request); its base URL."""
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -130,17 +149,16 @@ def side_effect_tools() -> Iterator[SideEffectTools]:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
             body = json.loads(raw) if raw else {k: v[0] for k, v in parse_qs(parts.query).items()}
-            status, answer = tools.handle(method, parts.path, body,
-                                          self.headers.get("Idempotency-Key"))
-            data = json.dumps(answer).encode()
+            status, reply = answer(method, parts.path, body, {k.lower(): v for k, v in self.headers.items()})
+            data = json.dumps(reply).encode()
             try:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
-            except OSError:  # the client was killed while we held the answer back
-                pass
+            except OSError:  # the client was killed while we held the answer back, or
+                pass         # refused a reply over ORCH_MAX_RESPONSE_BYTES mid-stream
 
         def do_GET(self) -> None:
             self._serve("GET")
@@ -153,14 +171,10 @@ def side_effect_tools() -> Iterator[SideEffectTools]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
-    tools.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield tools
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
-        tools.release.set()
-        for _, release in tools._first.values():
-            release.set()
         server.shutdown()
         server.server_close()

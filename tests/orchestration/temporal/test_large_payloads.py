@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from orchestration import Orchestrator, ScriptedLLM
+from orchestration import DagwrightError, Orchestrator, ScriptedLLM
 from tests.orchestration.temporal.conftest import RunningWorker
 from tests.support import temporal_runs
 from tests.support.temporal_runs import answer, build_catalog, bulk_plan, comparable, engine_config
@@ -67,19 +67,15 @@ async def test_a_five_megabyte_reply_succeeds_as_locally(temporal_worker: Runnin
     assert comparable(remote) == comparable(local)
     assert largest < 64 * 1024
 
-async def test_a_run_whose_workflow_task_keeps_failing_ends_failed_by_its_deadline(
-    temporal_worker: RunningWorker,
-) -> None:
-    """A workflow task that cannot make progress is retried by Temporal forever; a client
-    following the run ends it ``failed`` once the run's deadline has passed, and
-    ``get_run`` answers (typed while nothing is recorded, then from the store)."""
+async def start_a_stuck_run(worker: RunningWorker) -> tuple[str, Orchestrator]:
+    """A run no worker can build the engine of (every workflow task fails), and a client
+    whose runs have a 2 s deadline."""
     from datetime import timedelta
 
-    from orchestration import BackendUnavailable
     from orchestration.temporal import WORKFLOW, connect
     from orchestration.temporal._payloads import config_to_payload
 
-    config = temporal_worker.config
+    config = worker.config
     broken = config_to_payload(config)
     broken["run_timeout_s"] = -1  # no worker can build this run's engine: every task fails
     run_id = f"stuck-{uuid.uuid4().hex[:8]}"
@@ -89,7 +85,20 @@ async def test_a_run_whose_workflow_task_keeps_failing_ends_failed_by_its_deadli
     orch = Orchestrator(catalog=build_catalog(), llm=ScriptedLLM([]), registry=CollectorRegistry(),
                         config=config.model_copy(update={"run_timeout_s": 2.0,
                                                          "temporal_workflow_task_timeout_s": 1.0}),
-                        store=temporal_worker.store)
+                        store=worker.store)
+    return run_id, orch
+
+
+async def test_a_run_whose_workflow_task_keeps_failing_ends_failed_by_its_deadline(
+    temporal_worker: RunningWorker,
+) -> None:
+    """A workflow task that cannot make progress is retried by Temporal forever; a client
+    following the run ends it ``failed`` once the run's deadline has passed, saying what
+    the worker reported, and ``get_run`` answers (typed while nothing is recorded, then
+    from the store)."""
+    from orchestration import BackendUnavailable
+
+    run_id, orch = await start_a_stuck_run(temporal_worker)
     await asyncio.sleep(1)
 
     with pytest.raises(BackendUnavailable, match=f"dagwright runs show {run_id}"):
@@ -100,9 +109,39 @@ async def test_a_run_whose_workflow_task_keeps_failing_ends_failed_by_its_deadli
     took = asyncio.get_running_loop().time() - started
     assert result.status == "failed" and result.error is not None
     assert result.error.startswith("WORKFLOW_STUCK") and "ORCH_RUN_TIMEOUT_S=2" in result.error
+    # what the worker reported, not "see the logs"
+    assert "run_timeout_s=-1 (argument of OrchestratorConfig) is not valid" in result.error
     assert result.query == "a run that cannot start"
     stored = await orch.aget_run(run_id)  # the workflow cannot be queried: the store answers
     assert stored is not None and stored.status == "failed" and stored.error == result.error
     again = await orch.aresume(run_id)
     assert again.status == "failed"
     assert took < 30
+
+
+async def test_a_stuck_run_nobody_follows_is_ended_by_whoever_reads_it(
+    temporal_worker: RunningWorker,
+) -> None:
+    """With no client following it, a stuck run past its deadline is ended by the next
+    ``get_run`` (``dagwright runs show``); ``run`` with its id then returns that result at
+    once, instead of a query that waits on the failing task."""
+    from orchestration import BackendUnavailable
+
+    run_id, orch = await start_a_stuck_run(temporal_worker)
+    loop = asyncio.get_running_loop()
+    started, typed, result = loop.time(), 0, None
+    while result is None and loop.time() - started < 60:
+        try:
+            result = await orch.aget_run(run_id)
+        except BackendUnavailable:  # not past its deadline yet: it cannot be queried
+            typed += 1
+            await asyncio.sleep(0.5)
+    assert result is not None and result.status == "failed" and result.error is not None
+    assert result.error.startswith("WORKFLOW_STUCK") and "run_timeout_s=-1" in result.error
+    assert typed >= 1  # it was not ended before its deadline
+    again_at = loop.time()
+    again = await asyncio.wait_for(orch.arun("a run that cannot start", run_id=run_id), 10)
+    assert again.status == "failed" and again.error == result.error
+    assert loop.time() - again_at < 5
+    with pytest.raises(DagwrightError, match="already exists for another query"):
+        await orch.arun("another query", run_id=run_id)
