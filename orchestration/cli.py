@@ -294,17 +294,27 @@ def _render_plan_of(result: RunResult, catalog: Catalog, out: TextIO) -> None:
     render_plan(validate_plan(Plan.model_validate(result.plan), catalog), out)
 
 
-def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
+def _live_progress(args: argparse.Namespace, config: OrchestratorConfig, *,
+                   continuing: bool = False) -> Progress | None:
+    """Log lines at the level -q/-v ask for, drawn above the live progress of the run
+    (none with -q). ``continuing``: a run that resumes or goes on after a decision (its
+    plan exists; it is not planning)."""
     from orchestration.logging_setup import configure_logging
+
+    log_handler = configure_logging(config, level=_log_level(args, config))
+    progress = None if _quiet(args) else Progress(sys.stderr, continuing=continuing)
+    if progress is not None and isinstance(log_handler, logging.StreamHandler):
+        log_handler.setStream(progress.log_stream())  # log lines above the live table
+    return progress
+
+
+def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     from orchestration.telemetry import serve_metrics
     from orchestration.telemetry.exporters import tracer_provider_from_config
 
     config = OrchestratorConfig()
     catalog = _catalog_for(args, config)
-    log_handler = configure_logging(config, level=_log_level(args, config))
-    progress = None if _quiet(args) else Progress(sys.stderr)
-    if progress is not None and isinstance(log_handler, logging.StreamHandler):
-        log_handler.setStream(progress.log_stream())  # log lines above the live table
+    progress = _live_progress(args, config)
     announced: list[str] = []
 
     def on_event(event: RunEvent) -> None:
@@ -518,7 +528,8 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     args.run_id = _full_run_id(args.run_id)
     orch = Orchestrator.from_env()
     try:
-        result = orch.resume(args.run_id)
+        result = orch.resume(args.run_id, on_event=_live_progress(args, orch.config,
+                                                                  continuing=True))
     finally:
         orch.close()
     if args.json:
@@ -540,12 +551,12 @@ class Progress:
     (:meth:`log_stream`), never through it.
     """
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, *, continuing: bool = False) -> None:
         self.stream = stream
         self.tty = stream.isatty()
         self.rows: dict[str, str] = {}
         self.drawn = 0
-        self.planned = False
+        self.planned = continuing  # a resumed run has its plan: its steps are not streamed
         self.waiting: list[str] = []
 
     def __call__(self, event: RunEvent) -> None:
@@ -667,7 +678,7 @@ def _decide(args: argparse.Namespace, out: TextIO, approved: bool) -> int:
     try:
         result = orch.resume(args.run_id, approvals={
             args.step_id: Approval(approved=approved, params=params, note=args.note)},
-            on_event=Progress(sys.stderr))
+            on_event=_live_progress(args, orch.config, continuing=True))
     finally:
         orch.close()
     if args.json:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +69,27 @@ def test_a_paused_run_has_its_own_exit_code_and_says_what_to_type_next(
     assert done.returncode == 0, done.stderr
     assert tools.requests[-2][2] == {"amount": 100, "to": "broker"}
     assert "  status: succeeded" in done.stdout
+
+
+def test_approve_shows_the_run_going_on_at_the_level_asked(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    """A run that goes on after a decision is not 'planning'; -q and -v after approve do
+    what they do after run (they were accepted and ignored); resume shares the code."""
+    env = environment(tools, tmp_path, approval=True, answers=[pay_plan(), pay_plan()])
+    first = dagwright(env, "run", "pay for one share").stdout.splitlines()[0].split()[1]
+    quiet = dagwright(env, "approve", first, "pay", "-q")
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stderr == "" and "  status: succeeded" in quiet.stdout
+
+    second = dagwright(env, "run", "pay again").stdout.splitlines()[0].split()[1]
+    shown = dagwright(env, "approve", second, "pay", "-v")
+    assert shown.returncode == 0, shown.stderr
+    assert "planning" not in shown.stderr and "streams in" not in shown.stderr
+    assert "  pay: succeeded after 1 attempt(s)" in shown.stderr
+    assert f"run {second} succeeded" in shown.stderr
+    assert re.search(r" INFO +dagwright\.run ", shown.stderr)  # -v: the run's INFO log lines
+    assert tools.executed["/pay"] == 2
 
 
 def test_the_first_line_reaches_a_pipe_while_the_run_goes_on(
