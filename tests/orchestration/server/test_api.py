@@ -316,6 +316,9 @@ def test_a_run_waiting_for_approval_can_be_cancelled(approvals: LiveServer, tool
         result = http.post("/v1/runs/drop/cancel").json()
         assert result["status"] == "cancelled" and result["pending_approvals"] == []
         assert result["steps"]["pay"]["status"] == "cancelled"
+        # the code docs/serve.md names (not CANCELLED, the category)
+        assert result["steps"]["pay"]["error"]["code"] == "RUN_CANCELLED"
+        assert result["steps"]["pay"]["error"]["category"] == "CANCELLED"
     assert "/pay" not in tools.executed
 
 
