@@ -64,8 +64,8 @@ EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE, EXIT_PLANNING, EXIT_BUDGET, EXIT_INTERRUPT
 EXIT_AWAITING_APPROVAL, EXIT_CLOSED_PIPE = 5, 141
 EXIT_CODES: dict[int, str] = {
     EXIT_OK: "success (a run: every step succeeded)",
-    EXIT_RUN_FAILED: "the run ended partial or failed (steps failed); demo: a scenario "
-                     "misbehaved; debug: no exchanges of that run",
+    EXIT_RUN_FAILED: "the run ended partial, failed or cancelled (steps failed); demo: a "
+                     "scenario misbehaved; debug: no exchanges of that run",
     EXIT_USAGE: "usage or configuration error (arguments, ORCH_* settings, the catalog); "
                 "nothing ran",
     EXIT_PLANNING: "planning failed: no valid plan (LLM unreachable, refused, unusable answers)",
@@ -218,7 +218,7 @@ def exit_code_of(result: RunResult) -> int:
         return EXIT_AWAITING_APPROVAL
     if result.budget_exceeded is not None:
         return EXIT_BUDGET
-    if result.plan is None:
+    if result.plan is None and result.status != "cancelled":  # cancelled while planning
         return EXIT_PLANNING
     return EXIT_RUN_FAILED
 
@@ -926,6 +926,18 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
     print(f"dagwright: warning: {message}", file=sys.stderr)
 
 
+def _say_what_the_exit_waits_for() -> None:
+    """Python tools that timed out still run in their threads, and the process cannot end
+    before they do: say so, rather than seem to hang after the result."""
+    from orchestration._thread_calls import left_running
+
+    waiting = left_running()
+    if waiting:
+        print(f"dagwright: waiting for {', '.join(waiting)} to return before exiting: its "
+              "call timed out and still runs in its thread (a thread cannot be stopped)",
+              file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     out = cast(TextIO, RedactingOutput(out or sys.stdout))
     args = build_parser().parse_args(argv)
@@ -935,6 +947,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         try:
             code: Any = fn(args, out)
             out.flush()  # a closed pipe shows here, not in the interpreter's last flush
+            _say_what_the_exit_waits_for()
         except BrokenPipeError:
             quiet_closed_pipe()
             return EXIT_CLOSED_PIPE
