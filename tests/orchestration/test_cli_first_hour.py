@@ -225,3 +225,13 @@ def test_quiet_and_verbose_are_taken_after_any_command(argv: list[str]) -> None:
 
     assert build_parser().parse_args(argv).quiet is True
     assert build_parser().parse_args([*argv[:-1], "-vv"]).verbose == 2
+
+
+def test_a_run_cancelled_while_planning_is_not_a_planning_failure() -> None:
+    from orchestration import RunResult
+    from orchestration.cli import EXIT_PLANNING, EXIT_RUN_FAILED, exit_code_of
+
+    cancelled = RunResult(run_id="r", query="q", status="cancelled", error="cancelled: by a person")
+    assert exit_code_of(cancelled) == EXIT_RUN_FAILED
+    failed = RunResult(run_id="r", query="q", status="failed", error="planning failed: ...")
+    assert exit_code_of(failed) == EXIT_PLANNING
