@@ -62,6 +62,7 @@ def test_a_paused_run_has_its_own_exit_code_and_says_what_to_type_next(
     assert "  pay: waiting for approval: the capability requires approval" in paused.stderr
     assert f"run {run_id} waiting for approval (pay)" in paused.stderr
     assert " INFO " not in paused.stderr  # logs: warnings only unless -v
+    assert "WARNING" not in paused.stderr  # and a run waiting for a person is no warning
     assert "/pay" not in tools.executed
 
     # the id by a prefix, and an edit of one parameter: the rest is kept
