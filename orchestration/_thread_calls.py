@@ -11,12 +11,44 @@ sent again.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
 import json
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-__all__ = ["ThreadCall", "ThreadCalls"]
+__all__ = ["ThreadCall", "ThreadCalls", "in_tool_thread", "left_running"]
+
+_TOOL_THREADS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="dagwright-tool")
+"""The threads ``run_in_thread`` tools run in: dagwright's own, not the event loop's
+default executor. ``asyncio.run`` — and so ``Orchestrator.run`` — waits for every thread
+of the loop's default executor before it returns, so a call that timed out there held the
+run's result back until the tool returned after all. These threads are waited for only
+when the process exits (the CLI says so: :func:`left_running`)."""
+
+
+async def in_tool_thread(call: ThreadCall) -> Any:
+    """``call()`` in a tool thread, with the caller's context variables (as
+    ``asyncio.to_thread`` would)."""
+    context = contextvars.copy_context()
+    return await asyncio.get_running_loop().run_in_executor(
+        _TOOL_THREADS, functools.partial(context.run, call))
+
+_LEFT: dict[tuple[str, str], int] = {}
+"""Every call a timeout left running in this process (any transport's), for
+:func:`left_running`: a process cannot end before its threads do."""
+_LEFT_LOCK = threading.Lock()
+
+
+def left_running() -> list[str]:
+    """The capabilities (``tool.capability``) of calls that timed out and still run in
+    their threads in this process. The interpreter waits for those threads before it
+    exits: the CLI says so instead of seeming to hang after it printed its result."""
+    with _LEFT_LOCK:
+        return sorted({capability for capability, _ in _LEFT})
 
 
 class ThreadCall:
@@ -71,9 +103,15 @@ class ThreadCalls:
         def ended() -> None:
             with self._lock:
                 self._running.discard(key)
+            with _LEFT_LOCK:
+                _LEFT[key] = _LEFT.get(key, 1) - 1
+                if _LEFT[key] <= 0:
+                    del _LEFT[key]
 
         with self._lock:
             self._running.add(key)
+        with _LEFT_LOCK:
+            _LEFT[key] = _LEFT.get(key, 0) + 1
         if call.left_running(ended):
             return True
         ended()

@@ -36,7 +36,7 @@ import httpx
 
 from orchestration._deadlines import watchdog
 from orchestration._json import DEFAULT_MAX_DEPTH, UnreadableJSON, encode, flat_size_bound
-from orchestration._thread_calls import ThreadCall, ThreadCalls
+from orchestration._thread_calls import ThreadCall, ThreadCalls, in_tool_thread
 from orchestration.capability import Capability
 from orchestration.errors import ToolFailed
 from orchestration.logging_setup import protect_logger
@@ -297,7 +297,7 @@ class ToolTransport:
         call = ThreadCall(fn, params)
         try:
             with watchdog().deadline(asyncio.get_running_loop().time() + timeout_s):
-                return await asyncio.to_thread(call)
+                return await in_tool_thread(call)
         except TimeoutError:
             if not self.thread_calls.timed_out(capability.key, params, call):
                 raise

@@ -56,6 +56,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _say_what_the_exit_waits_for() -> None:
+    """Python tools that timed out still run in their threads, and the process cannot end
+    before they do: say so, rather than seem to hang after the result."""
+    from orchestration._thread_calls import left_running
+
+    waiting = left_running()
+    if waiting:
+        print(f"dagwright: waiting for {', '.join(waiting)} to return before exiting: its "
+              "call timed out and still runs in its thread (a thread cannot be stopped)",
+              file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     out = cast(TextIO, RedactingOutput(out or sys.stdout))
     args = build_parser().parse_args(argv)
@@ -65,6 +77,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         try:
             code: Any = fn(args, out)
             out.flush()  # a closed pipe shows here, not in the interpreter's last flush
+            _say_what_the_exit_waits_for()
         except BrokenPipeError:
             quiet_closed_pipe()
             return EXIT_CLOSED_PIPE

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import TextIO
 
 from orchestration.cli._exit_codes import exit_code_of
 from orchestration.cli._kit import continuing, full_run_id, read_store
 from orchestration.cli._parser import Commands
-from orchestration.cli._progress import Progress
+from orchestration.cli._progress import live_progress
 from orchestration.cli._render import render_result, write_next_steps
 from orchestration.errors import DagwrightError
 from orchestration.result import Approval, PendingApproval
@@ -87,7 +86,7 @@ def _decide(args: argparse.Namespace, out: TextIO, approved: bool) -> int:
         args.run_id = full_run_id(args.run_id)
         result = orch.resume(args.run_id, approvals={
             args.step_id: Approval(approved=approved, params=params, note=args.note)},
-            on_event=Progress(sys.stderr))
+            on_event=live_progress(args, orch.config, continuing=True))
     finally:
         orch.close()
     if args.json:

@@ -11,8 +11,8 @@ EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE, EXIT_PLANNING, EXIT_BUDGET, EXIT_INTERRUPT
 EXIT_AWAITING_APPROVAL, EXIT_CLOSED_PIPE = 5, 141
 EXIT_CODES: dict[int, str] = {
     EXIT_OK: "success (a run: every step succeeded)",
-    EXIT_RUN_FAILED: "the run ended partial or failed (steps failed); demo: a scenario "
-                     "misbehaved; debug: no exchanges of that run",
+    EXIT_RUN_FAILED: "the run ended partial, failed or cancelled (steps failed); demo: a "
+                     "scenario misbehaved; debug: no exchanges of that run",
     EXIT_USAGE: "usage or configuration error (arguments, ORCH_* settings, the catalog); "
                 "nothing ran",
     EXIT_PLANNING: "planning failed: no valid plan (LLM unreachable, refused, unusable answers)",
@@ -33,6 +33,6 @@ def exit_code_of(result: RunResult) -> int:
         return EXIT_AWAITING_APPROVAL
     if result.budget_exceeded is not None:
         return EXIT_BUDGET
-    if result.plan is None:
+    if result.plan is None and result.status != "cancelled":  # cancelled while planning
         return EXIT_PLANNING
     return EXIT_RUN_FAILED

@@ -3,10 +3,15 @@ result: a table redrawn in place on a terminal, plain lines in a pipe or a log f
 
 from __future__ import annotations
 
+import argparse
 import io
+import logging
+import sys
 import threading
 from typing import Any, TextIO, cast
 
+from orchestration.cli._parser import log_level, quiet
+from orchestration.config import OrchestratorConfig
 from orchestration.events import RunEvent
 
 _PROGRESS_LOCK = threading.Lock()
@@ -25,12 +30,12 @@ class Progress:
     (:meth:`log_stream`), never through it.
     """
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, *, continuing: bool = False) -> None:
         self.stream = stream
         self.tty = stream.isatty()
         self.rows: dict[str, str] = {}
         self.drawn = 0
-        self.planned = False
+        self.planned = continuing  # a resumed run has its plan: its steps are not streamed
         self.waiting: list[str] = []
 
     def __call__(self, event: RunEvent) -> None:
@@ -105,3 +110,17 @@ class Progress:
         for sid, row in self.rows.items():
             self.stream.write(f"\x1b[2K  {sid:20} {row}\n")
         self.drawn = len(self.rows)
+
+
+def live_progress(args: argparse.Namespace, config: OrchestratorConfig, *,
+                  continuing: bool = False) -> Progress | None:
+    """Log lines at the level -q/-v ask for, drawn above the live progress of the run
+    (none with -q). ``continuing``: a run that resumes or goes on after a decision (its
+    plan exists; it is not planning)."""
+    from orchestration.logging_setup import configure_logging
+
+    log_handler = configure_logging(config, level=log_level(args, config))
+    progress = None if quiet(args) else Progress(sys.stderr, continuing=continuing)
+    if progress is not None and isinstance(log_handler, logging.StreamHandler):
+        log_handler.setStream(progress.log_stream())  # log lines above the live table
+    return progress

@@ -6,14 +6,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
-import sys
 from typing import TextIO
 
 from orchestration.cli._exit_codes import EXIT_OK, exit_code_of
 from orchestration.cli._kit import catalog_for, write_line
-from orchestration.cli._parser import Commands, add_verbosity, log_level, quiet
-from orchestration.cli._progress import Progress
+from orchestration.cli._parser import Commands, add_verbosity
+from orchestration.cli._progress import live_progress
 from orchestration.cli._render import (
     render_plan,
     render_plan_of,
@@ -44,16 +42,12 @@ def register(commands: Commands) -> None:
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
-    from orchestration.logging_setup import configure_logging
     from orchestration.telemetry import serve_metrics
     from orchestration.telemetry.exporters import tracer_provider_from_config
 
     config = OrchestratorConfig()
     catalog = catalog_for(args, config)
-    log_handler = configure_logging(config, level=log_level(args, config))
-    progress = None if quiet(args) else Progress(sys.stderr)
-    if progress is not None and isinstance(log_handler, logging.StreamHandler):
-        log_handler.setStream(progress.log_stream())  # log lines above the live table
+    progress = live_progress(args, config)
     announced: list[str] = []
 
     def on_event(event: RunEvent) -> None:

@@ -14,6 +14,7 @@ from orchestration.cli._errors import UsageError, print_error
 from orchestration.cli._exit_codes import EXIT_OK, EXIT_RUN_FAILED, exit_code_of
 from orchestration.cli._kit import continuing, full_run_id, read_run, read_store
 from orchestration.cli._parser import Commands
+from orchestration.cli._progress import live_progress
 from orchestration.cli._render import render_result, write_next_steps
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import DagwrightError
@@ -87,7 +88,8 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     orch = continuing("resuming a run calls its tools")
     try:
         args.run_id = full_run_id(args.run_id)
-        result = orch.resume(args.run_id)
+        result = orch.resume(args.run_id, on_event=live_progress(args, orch.config,
+                                                                 continuing=True))
     finally:
         orch.close()
     if args.json:

@@ -98,8 +98,15 @@ class TimeAxis:
         return position * BAR_W / self.length
 
     def cut_marks(self) -> list[tuple[float, str]]:
-        return [(axis * BAR_W / self.length, f"{_seconds(gap)} without a running step (cut)")
+        return [(axis * BAR_W / self.length, f"{_seconds(gap)} in which no step ran")
                 for axis, gap in self.cuts]
+
+
+def _on_bar(x: float, width: float) -> tuple[float, float]:
+    """``(x, width)`` moved left as needed to end inside the bar: a minimum-width mark
+    at the axis's end (a step that paused at once, the last instant of a run) would
+    otherwise be cut in half by the bar's edge."""
+    return max(min(x, BAR_W - width), 0.0), width
 
 
 @dataclass(slots=True)
@@ -119,7 +126,7 @@ class AttemptView:
     coercions: list[str]
     validation_errors: list[str]
     analysis: str | None
-    note: str | None
+    produced_by: str
 
 
 @dataclass(slots=True)
@@ -154,7 +161,8 @@ class RunView:
     steps: list[StepView]
     pending: list[PendingView]
     llm_calls: list[tuple[str, int]]
-    span: str
+    span: str | None
+    """The time axis's range, None while no step has started."""
     counts: list[tuple[str, int]]
     cut: str | None
     plan_note: str | None = None
@@ -194,6 +202,20 @@ def _notes(result: RunResult) -> tuple[str | None, str]:
     return plan_note, steps_note
 
 
+def _produced_by(attempt: Attempt) -> str:
+    """What produced the attempt: its layer's name and its note, the name said once (a
+    resilience note is 'resilience retry 1/2 after ...', an approved attempt's note
+    'approved by a person: <the person's note>')."""
+    name = LAYER_NAMES.get(attempt.layer, attempt.layer)
+    note = attempt.note
+    if not note:
+        return name
+    if attempt.layer == "approval":
+        said = note.removeprefix(name).removeprefix(":").strip()
+        return f"{name} · note: {said}" if said else name
+    return note if note.startswith(name) else f"{name} · {note}"
+
+
 def _attempt_view(step_id: str, attempt: Attempt) -> AttemptView:
     error = attempt.error
     return AttemptView(
@@ -210,7 +232,7 @@ def _attempt_view(step_id: str, attempt: Attempt) -> AttemptView:
         coercions=[f"{c.path}: {c.old!r} → {c.new!r}" + (f" ({c.rule})" if c.rule else "")
                    for c in attempt.coercions],
         validation_errors=[str(v.get("message", v)) for v in attempt.validation_errors],
-        analysis=attempt.analysis, note=attempt.note)
+        analysis=attempt.analysis, produced_by=_produced_by(attempt))
 
 
 def _segments(step: StepResult, axis: TimeAxis) -> list[Segment]:
@@ -224,8 +246,8 @@ def _segments(step: StepResult, axis: TimeAxis) -> list[Segment]:
             out.append(Segment(axis.x(when), axis.x(when + attempt.delay_s) - axis.x(when),
                                "delay", f"#{attempt.number}: waited {_seconds(attempt.delay_s)}"))
             when += attempt.delay_s
-        width = max(axis.x(when + attempt.latency_s) - axis.x(when), 1.5)
-        out.append(Segment(axis.x(when), width, attempt.outcome,
+        x, width = _on_bar(axis.x(when), max(axis.x(when + attempt.latency_s) - axis.x(when), 1.5))
+        out.append(Segment(x, width, attempt.outcome,
                            f"#{attempt.number} {attempt.layer}: {attempt.outcome} in "
                            f"{_seconds(attempt.latency_s)}"))
         when += attempt.latency_s
@@ -267,8 +289,7 @@ def run_view(result: RunResult, events: list[RunEvent], *, started_at: float | N
                             status=statuses.get(sid, "pending"), duration=None, cuts=cuts)
             since = running_since.get(sid)
             if since is not None:  # running now: its bar reaches the page's time
-                x = axis.x(since)
-                width = max(axis.x(now) - x, 1.5)
+                x, width = _on_bar(axis.x(since), max(axis.x(now) - axis.x(since), 1.5))
                 view.bar = (x, width)
                 view.duration = f"{_seconds(now - since)} so far"
                 view.segments = [Segment(x, width, "running",
@@ -278,10 +299,13 @@ def run_view(result: RunResult, events: list[RunEvent], *, started_at: float | N
         bar = None
         if step.started_at_s is not None:
             start_x = axis.x(step.started_at_s)
-            bar = (start_x, max(axis.x(step.started_at_s + step.duration_s) - start_x, 1.5))
+            bar = _on_bar(start_x, max(axis.x(step.started_at_s + step.duration_s) - start_x, 1.5))
+        # a step that waits for a person before its first call has no time of its own yet
+        has_time = step.started_at_s is not None and not (
+            step.status == "awaiting_approval" and not step.attempts)
         steps.append(StepView(
             id=sid, tool=step.tool, capability=step.capability, status=step.status,
-            duration=_seconds(step.duration_s) if step.started_at_s is not None else None,
+            duration=_seconds(step.duration_s) if has_time else None,
             attempts=[_attempt_view(sid, a) for a in step.attempts],
             segments=_segments(step, axis), bar=bar, cuts=cuts,
             output_json=_json(step.output) if step.status == "succeeded" else None,
@@ -297,7 +321,8 @@ def run_view(result: RunResult, events: list[RunEvent], *, started_at: float | N
     llm = [(purpose, slot.get("calls", 0)) for purpose, slot in result.usage.by_purpose.items()]
     plan_note, steps_note = _notes(result)
     run = RunView(result=result, final=final, dag=dag, steps=steps,
-                   pending=pending, llm_calls=llm, span=_seconds(axis.real_span),
+                   pending=pending, llm_calls=llm,
+                   span=_seconds(axis.real_span) if timed or running_since else None,
                    counts=sorted(counts.items()),
                    cut=" and ".join(label for _, label in cuts) or None,
                    plan_note=plan_note, steps_note=steps_note,
@@ -308,4 +333,8 @@ def run_view(result: RunResult, events: list[RunEvent], *, started_at: float | N
     elif result.status == "awaiting_approval":
         run.time_label = "worked"
         run.waiting_since = min((p.requested_at for p in result.pending_approvals), default=None)
+    elif axis.real_span > result.usage.wall_time_s + 0.05:
+        # it paused (for a person) or stopped and was resumed: its steps span more time
+        # than it spent running, and that is not a wall time
+        run.time_label = "worked"
     return run

@@ -27,6 +27,7 @@ and its prefix would reach the span or the log.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -902,7 +903,8 @@ def _log_run_end(state: RunState, duration_s: float, observer: Observer) -> None
         counts[step.status] = counts.get(step.status, 0) + 1
     usage = state.usage
     log.log(
-        20 if state.status == "succeeded" else 30,  # INFO / WARNING
+        # INFO / WARNING: a run that waits for a person is where it was designed to be
+        logging.INFO if state.status in ("succeeded", "awaiting_approval") else logging.WARNING,
         "run %s in %.0f ms: steps %s, %d LLM call(s)", state.status, duration_s * 1000,
         counts or "none", usage.llm_calls,
         extra={"status": state.status, "duration_ms": round(duration_s * 1000, 1),

@@ -37,6 +37,7 @@ from temporalio.converter import (
 
 from orchestration.errors import StoreError
 from orchestration.store import RunStore
+from orchestration.temporal._key_order import keeping_key_order
 
 __all__ = ["DRIVER_NAME", "PayloadMissing", "RunStoreDriver", "with_payload_store"]
 
@@ -120,12 +121,16 @@ class RunStoreDriver(StorageDriver):
 
 def with_payload_store(client: Client, store: RunStore, threshold_bytes: int) -> Client:
     """``client`` again, its data converter keeping every payload of at least
-    ``threshold_bytes`` in ``store`` (a client already set up that way is returned as
-    it is)."""
+    ``threshold_bytes`` in ``store`` and the key order of every JSON payload
+    (:mod:`orchestration.temporal._key_order`); a client already set up that way is
+    returned as it is."""
     current = client.data_converter
-    if current.external_storage is not None:
+    converter = keeping_key_order(current)
+    if converter.external_storage is None:
+        converter = dataclasses.replace(converter, external_storage=ExternalStorage(
+            drivers=[RunStoreDriver(store)], payload_size_threshold=threshold_bytes))
+    if converter is current:
         return client
     config = client.config()
-    config["data_converter"] = dataclasses.replace(current, external_storage=ExternalStorage(
-        drivers=[RunStoreDriver(store)], payload_size_threshold=threshold_bytes))
+    config["data_converter"] = converter
     return Client(**config)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, TextIO
 from opentelemetry.trace import TracerProvider
 from prometheus_client import CollectorRegistry
 from temporalio.client import Client
+from temporalio.converter import DataConverter
 from temporalio.worker import Worker
 
 from orchestration.catalog import Catalog
@@ -38,6 +39,7 @@ from orchestration.telemetry import Telemetry
 from orchestration.telemetry._observer import Observer
 from orchestration.temporal._activities import RunActivities
 from orchestration.temporal._context import WorkerContext, register, unregister
+from orchestration.temporal._key_order import keeping_key_order
 from orchestration.temporal._payload_store import with_payload_store
 from orchestration.temporal._workflow import RunWorkflow
 
@@ -52,7 +54,8 @@ async def connect(config: OrchestratorConfig) -> Client:
     """A Temporal client for ``ORCH_TEMPORAL_ADDRESS`` / ``ORCH_TEMPORAL_NAMESPACE``, or a
     :class:`ConfigError` that says which server could not be reached."""
     try:
-        return await Client.connect(config.temporal_address, namespace=config.temporal_namespace)
+        return await Client.connect(config.temporal_address, namespace=config.temporal_namespace,
+                                    data_converter=keeping_key_order(DataConverter.default))
     except Exception as exc:  # the SDK raises RuntimeError for an unreachable server
         raise ConfigError(
             f"cannot reach the Temporal server at ORCH_TEMPORAL_ADDRESS="

@@ -5,8 +5,12 @@ timeout while the first call still runs in its thread."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -106,3 +110,50 @@ async def test_a_timed_out_thread_tool_is_not_run_again_while_it_still_runs(
     # once the thread ended, the call may be sent again
     plan["steps"][0]["params"]["seconds"] = 0.01
     assert (await orch.arun("nap", plan=plan)).steps["n"].status == "succeeded"
+
+
+def test_the_sync_run_returns_at_the_timeout_not_when_the_thread_ends(
+    folder: tuple[Path, str],
+) -> None:
+    """Orchestrator.run is asyncio.run underneath, which waits for the loop's default
+    executor: a tool thread there held the result back until the tool returned."""
+    path, _ = folder
+    orch = orchestrator(Catalog.from_file(path / "catalog.yaml"))
+    plan = {"steps": [{"id": "n", "tool": "py", "capability": "nap",
+                       "params": {"seconds": 3.0, "label": "slow"}}]}
+    began = time.monotonic()
+    step = orch.run("nap", plan=plan).steps["n"]
+    took = time.monotonic() - began
+    assert step.error is not None and step.error.code == "TOOL_TIMEOUT"
+    assert took < 2.0, f"run() took {took:.1f} s: it waited for the 3 s thread"
+
+
+def test_the_cli_prints_the_result_then_says_what_its_exit_waits_for(
+    folder: tuple[Path, str], tmp_path: Path,
+) -> None:
+    path, _ = folder
+    plan = {"steps": [{"id": "n", "tool": "py", "capability": "nap",
+                       "params": {"seconds": 3.0, "label": "slow"}}]}
+    (tmp_path / "script.json").write_text(json.dumps([plan]))
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("ORCH_")},
+           "ORCH_CATALOG": str(path / "catalog.yaml"), "ORCH_LLM_PROVIDER": "scripted",
+           "ORCH_LLM_SCRIPT": str(tmp_path / "script.json"), "ORCH_SYNTHESIS_ENABLED": "false",
+           "ORCH_STORE_URL": f"sqlite:///{tmp_path}/runs.db"}
+    began = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "orchestration", "-q", "run", "nap"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        lines = iter(proc.stdout.readline, "")
+        status = next(line for line in lines if line.startswith("  status:"))
+        printed = time.monotonic() - began
+        waiting = proc.stderr.readline()
+        assert proc.wait(30) == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    ended = time.monotonic() - began
+    assert "status: failed" in status
+    assert waiting.startswith("dagwright: waiting for py.nap to return before exiting")
+    # the result came before the 3 s thread ended; the process ended after it
+    assert ended - printed > 1.0, (printed, ended)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -61,6 +62,7 @@ def test_a_paused_run_has_its_own_exit_code_and_says_what_to_type_next(
     assert "  pay: waiting for approval: the capability requires approval" in paused.stderr
     assert f"run {run_id} waiting for approval (pay)" in paused.stderr
     assert " INFO " not in paused.stderr  # logs: warnings only unless -v
+    assert "WARNING" not in paused.stderr  # and a run waiting for a person is no warning
     assert "/pay" not in tools.executed
 
     # the id by a prefix, and an edit of one parameter: the rest is kept
@@ -68,6 +70,27 @@ def test_a_paused_run_has_its_own_exit_code_and_says_what_to_type_next(
     assert done.returncode == 0, done.stderr
     assert tools.requests[-2][2] == {"amount": 100, "to": "broker"}
     assert "  status: succeeded" in done.stdout
+
+
+def test_approve_shows_the_run_going_on_at_the_level_asked(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    """A run that goes on after a decision is not 'planning'; -q and -v after approve do
+    what they do after run (they were accepted and ignored); resume shares the code."""
+    env = environment(tools, tmp_path, approval=True, answers=[pay_plan(), pay_plan()])
+    first = dagwright(env, "run", "pay for one share").stdout.splitlines()[0].split()[1]
+    quiet = dagwright(env, "approve", first, "pay", "-q")
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stderr == "" and "  status: succeeded" in quiet.stdout
+
+    second = dagwright(env, "run", "pay again").stdout.splitlines()[0].split()[1]
+    shown = dagwright(env, "approve", second, "pay", "-v")
+    assert shown.returncode == 0, shown.stderr
+    assert "planning" not in shown.stderr and "streams in" not in shown.stderr
+    assert "  pay: succeeded after 1 attempt(s)" in shown.stderr
+    assert f"run {second} succeeded" in shown.stderr
+    assert re.search(r" INFO +dagwright\.run ", shown.stderr)  # -v: the run's INFO log lines
+    assert tools.executed["/pay"] == 2
 
 
 def test_the_first_line_reaches_a_pipe_while_the_run_goes_on(
@@ -203,3 +226,13 @@ def test_quiet_and_verbose_are_taken_after_any_command(argv: list[str]) -> None:
 
     assert build_parser().parse_args(argv).quiet is True
     assert build_parser().parse_args([*argv[:-1], "-vv"]).verbose == 2
+
+
+def test_a_run_cancelled_while_planning_is_not_a_planning_failure() -> None:
+    from orchestration import RunResult
+    from orchestration.cli import EXIT_PLANNING, EXIT_RUN_FAILED, exit_code_of
+
+    cancelled = RunResult(run_id="r", query="q", status="cancelled", error="cancelled: by a person")
+    assert exit_code_of(cancelled) == EXIT_RUN_FAILED
+    failed = RunResult(run_id="r", query="q", status="failed", error="planning failed: ...")
+    assert exit_code_of(failed) == EXIT_PLANNING

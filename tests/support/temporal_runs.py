@@ -186,3 +186,33 @@ def comparable(result: Any) -> dict[str, Any]:
     for pending in data.get("pending_approvals", []):
         pending.pop("requested_at", None)
     return data
+
+
+TIMINGS = {"usage": ("wall_time_s",), "step": ("started_at_s", "duration_s"), "attempt": ("latency_s",)}
+
+
+def comparable_json(result: Any) -> str:
+    """:func:`comparable` as the JSON text ``RunResult.to_dict()`` gives, key order and
+    number formatting included (a backend that sorted keys or rounded numbers differs).
+
+    Two orders follow timing, not the run, and are put in a fixed order like the timings
+    are left out: ``steps`` (the order steps finished: concurrent ones may finish either
+    way) and the counters of ``usage`` (the order of first use)."""
+    data = comparable(result)
+    plan_ids = [s["id"] for s in (data.get("plan") or {}).get("steps", [])]
+    data["steps"] = {sid: data["steps"][sid] for sid in sorted(
+        data["steps"], key=lambda sid: (plan_ids.index(sid) if sid in plan_ids else len(plan_ids), sid))}
+    for counter in ("tool_calls", "by_purpose"):
+        data["usage"][counter] = dict(sorted(data["usage"][counter].items()))
+    return json.dumps(data)
+
+
+def timing_types(result: Any) -> set[str]:
+    """The JSON types of every timing :func:`comparable` leaves out (the same on both
+    backends: seconds as floats, never rounded to integers or written as strings)."""
+    data = result.to_dict() if hasattr(result, "to_dict") else dict(result)
+    values = [data["usage"][k] for k in TIMINGS["usage"]]
+    for step in data["steps"].values():
+        values += [step[k] for k in TIMINGS["step"] if step[k] is not None]
+        values += [a[k] for a in step["attempts"] for k in TIMINGS["attempt"]]
+    return {type(v).__name__ for v in values}

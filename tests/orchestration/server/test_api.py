@@ -244,15 +244,22 @@ def test_an_approval_continues_the_run_and_wrong_decisions_say_why(
         assert bad_edit.status_code == 422 and error(bad_edit)["code"] == "invalid_decision"
         missing = http.post("/v1/runs/ok-pay/approvals/pay", json={"params": {}})
         assert missing.status_code == 422 and "approved" in error(missing)["message"]
+        # an edit is merged onto the proposed parameters (RFC 7396): null removes a key,
+        # and the whole is validated — 'amount' is required
+        removed = http.post("/v1/runs/ok-pay/approvals/pay",
+                            json={"approved": True, "params": {"amount": None}})
+        assert removed.status_code == 422 and error(removed)["code"] == "invalid_decision"
+        assert "'amount' is a required property" in error(removed)["message"]
         assert "/pay" not in tools.executed
 
+        # docs/serve.md's edit: only the amount, the rest as proposed
         accepted = http.post("/v1/runs/ok-pay/approvals/pay",
-                             json={"approved": True, "params": {"amount": "200", "to": "broker"},
-                                   "note": "capped"})
+                             json={"approved": True, "params": {"amount": "200"}, "note": "capped"})
         assert accepted.status_code == 202 and accepted.json()["status"] == "running"
         wait_for(lambda: status_of(http, "ok-pay") == "succeeded")
         done = http.get("/v1/runs/ok-pay").json()
         assert done["steps"]["pay"]["attempts"][-1]["layer"] == "approval"
+        assert done["steps"]["pay"]["attempts"][-1]["params"] == {"amount": 200, "to": "broker"}
         assert done["steps"]["pay"]["output"]["paid"] == 200
         late = http.post("/v1/runs/ok-pay/approvals/pay", json={"approved": True})
         assert late.status_code == 409
@@ -309,6 +316,9 @@ def test_a_run_waiting_for_approval_can_be_cancelled(approvals: LiveServer, tool
         result = http.post("/v1/runs/drop/cancel").json()
         assert result["status"] == "cancelled" and result["pending_approvals"] == []
         assert result["steps"]["pay"]["status"] == "cancelled"
+        # the code docs/serve.md names (not CANCELLED, the category)
+        assert result["steps"]["pay"]["error"]["code"] == "RUN_CANCELLED"
+        assert result["steps"]["pay"]["error"]["category"] == "CANCELLED"
     assert "/pay" not in tools.executed
 
 

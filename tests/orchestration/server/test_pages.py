@@ -53,10 +53,15 @@ def test_a_long_wait_for_approval_is_cut_out_of_the_time_axis(
         assert 'class="approval" data-step="pay"' in page and "Approve" in page
         assert "&#34;amount&#34;: 250.0" in page  # the exact parameters, escaped
         time.sleep(1.2)  # longer than everything the run did
-        http.post("/v1/runs/slow-person/approvals/pay", json={"approved": True})
+        http.post("/v1/runs/slow-person/approvals/pay", json={"approved": True, "note": "fine"})
         wait_for(lambda: http.get("/v1/runs/slow-person").json()["status"] == "succeeded")
         page = http.get("/ui/runs/slow-person").text
-    assert "without a running step (cut)" in page
+    assert re.search(r"cut out: 1\.\d\d s in which no step ran \(the slanted marks\)", page)
+    # the steps span the person's wait: the run's own time is what it worked, not a wall time
+    assert re.search(r"worked <span id=\"elapsed\">0\.\d\d</span> s", page), page
+    # the approved attempt says who and why once
+    assert "produced by: approved by a person · note: fine" in page
+    assert "approved by a person: fine" not in page
     receipt_bar = re.search(r'id="step-receipt".*?<rect class="span status-succeeded" x="([\d.]+)"', page, re.S)
     assert receipt_bar is not None and float(receipt_bar.group(1)) < 240  # still on the bar
 

@@ -113,6 +113,8 @@ def test_a_finished_run_shows_its_plan_as_a_dag_and_its_timeline(
         second.locator("summary").click()
         expect(second.locator("pre").first).to_contain_text('"topic": "TSLA"')
         expect(second.locator("pre.error-pre")).to_contain_text("CONNECTION_REFUSED")
+        expect(second.locator(".attempt-body > p.muted")).to_have_text(
+            "produced by: resilience retry 1/2 after CONNECTION_ERROR/CONNECTION_REFUSED")
         expect(page.locator("#step-summary")).to_contain_text("upstream step 'news'")
         # a node leads to its row
         page.locator('svg.dag g.node[data-step="pay"]').click()

@@ -1,5 +1,6 @@
 """The run viewer says the right thing in every state a run passes through — planning,
-failed before a plan, running, paused, cancelled — in Debian's headless Chromium.
+failed before a plan, running, paused, cancelled, succeeded, failed — in Debian's
+headless Chromium.
 
 Each state is checked for its wording, its live time and bars, and a legend entry for
 every colour drawn; no request of the page fails (the favicon included). With
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.browser
 SHOTS = ROOT / "docs" / "img"
+QUERY = "pay the broker for one TSLA share and file the receipt"
+# run ids are invoice-1NN: they read as ids in the pictures ("run running" read as a state)
 
 
 def orchestrator(tools: SideEffectTools, answer: Any, *, latency_s: float = 0.0,
@@ -36,6 +39,9 @@ def orchestrator(tools: SideEffectTools, answer: Any, *, latency_s: float = 0.0,
         for cap in tool["capabilities"]:
             if cap["name"] == "pay":
                 cap["requires_approval"] = approval
+        if tool["name"] == "stocks":  # a route the tool server does not have: 404 NOT_FOUND
+            tool["capabilities"].append({"name": "history", "path": "/history", "method": "GET",
+                                         "input_schema": {"type": "object"}})
     return Orchestrator(
         catalog=Catalog.from_dict(spec, source="test tools"),
         llm=ScriptedLLM(answer, latency_s=latency_s), registry=CollectorRegistry(),
@@ -88,10 +94,10 @@ def test_planning_then_cancelled_before_a_plan(browser_page: Page, tools: SideEf
     page = browser_page
     failed = watch(page)
     with live_server(orchestrator(tools, lambda r: pay_plan(), latency_s=20)) as server:
-        started = httpx.post(f"{server.url}/v1/runs", json={"query": "pay", "run_id": "planning"},
+        started = httpx.post(f"{server.url}/v1/runs", json={"query": QUERY, "run_id": "invoice-101"},
                              timeout=10)
         assert started.status_code == 202
-        page.goto(f"{server.url}/ui/runs/planning")
+        page.goto(f"{server.url}/ui/runs/invoice-101")
         expect(page.locator("#run-status")).to_have_text("running")
         expect(page.locator("#plan-note")).to_have_text("No plan yet: the planner is at work.")
         expect(page.locator("#steps-note")).to_have_text("Steps start once the plan is ready.")
@@ -124,9 +130,9 @@ def test_failed_before_a_plan_says_so_and_shows_the_whole_error(
     rambling = "I cannot plan this. " + "Here is why, at length. " * 40
     with live_server(orchestrator(tools, lambda r: rambling)) as server:
         done = httpx.post(f"{server.url}/v1/runs", timeout=30,
-                          json={"query": "pay", "run_id": "no-plan", "wait": True})
+                          json={"query": QUERY, "run_id": "invoice-102", "wait": True})
         assert done.json()["status"] == "failed" and done.json()["plan"] is None
-        page.goto(f"{server.url}/ui/runs/no-plan")
+        page.goto(f"{server.url}/ui/runs/invoice-102")
         expect(page.locator("#plan-note")).to_have_text(
             "No plan: planning failed (the error above says why).")
         expect(page.locator("#steps-note")).to_have_text("No step ran.")
@@ -153,9 +159,9 @@ def test_running_paused_and_cancelled_runs(browser_page: Page, tools: SideEffect
     with live_server(orchestrator(tools, ["unused"], approval=False)) as server:
         tools.hold.set()  # the payment's answer is held: the step stays running
         httpx.post(f"{server.url}/v1/runs", timeout=10,
-                   json={"query": "pay", "plan": pay_plan(), "run_id": "running"})
+                   json={"query": QUERY, "plan": pay_plan(), "run_id": "invoice-103"})
         assert tools.arrived.wait(10)
-        page.goto(f"{server.url}/ui/runs/running")
+        page.goto(f"{server.url}/ui/runs/invoice-103")
         expect(page.locator('g.node[data-step="pay"]')).to_have_attribute("data-status", "running")
         bar = page.locator("#step-pay svg.bar rect.seg-running")
         expect(bar).to_have_count(1)
@@ -183,8 +189,8 @@ def test_running_paused_and_cancelled_runs(browser_page: Page, tools: SideEffect
     tools.hold.clear()
     with live_server(orchestrator(tools, ["unused"], approval=True)) as server:
         httpx.post(f"{server.url}/v1/runs", timeout=30,
-                   json={"query": "pay", "plan": pay_plan(), "run_id": "paused", "wait": True})
-        page.goto(f"{server.url}/ui/runs/paused")
+                   json={"query": QUERY, "plan": pay_plan(), "run_id": "invoice-104", "wait": True})
+        page.goto(f"{server.url}/ui/runs/invoice-104")
         expect(page.locator("#run-status")).to_have_text("awaiting_approval")
         facts = page.locator(".facts")
         expect(facts).to_contain_text(re.compile(r"worked [\d.]+ s · waiting for a person since "
@@ -192,4 +198,44 @@ def test_running_paused_and_cancelled_runs(browser_page: Page, tools: SideEffect
         expect(page.locator("#step-pay")).to_contain_text("waiting for a person")
         legend_covers_what_is_drawn(page)
         shot(page, "paused")
+    assert failed == [], failed
+
+
+def test_succeeded_and_failed_runs(browser_page: Page, tools: SideEffectTools) -> None:
+    from playwright.sync_api import expect
+
+    page = browser_page
+    page.set_viewport_size({"width": 1180, "height": 900})
+    failed = watch(page)
+    with live_server(orchestrator(tools, ["unused"])) as server:
+        done = httpx.post(f"{server.url}/v1/runs", timeout=30,
+                          json={"query": QUERY, "plan": pay_plan(), "run_id": "invoice-105", "wait": True})
+        assert done.json()["status"] == "succeeded"
+        page.goto(f"{server.url}/ui/runs/invoice-105")
+        expect(page.locator("#run-status")).to_have_text("succeeded")
+        expect(page.locator(".facts")).to_contain_text(re.compile(r"3 succeeded\s+LLM calls: 0\s+wall time [\d.]+ s"))
+        expect(page.locator("svg.dag g.node.status-succeeded")).to_have_count(3)
+        expect(page.locator("svg.bar rect.seg-succeeded")).to_have_count(3)
+        assert not page.locator("button.cancel-run").count()  # nothing to cancel
+        legend_covers_what_is_drawn(page)
+        shot(page, "succeeded")
+
+        plan = {"steps": [
+            {"id": "history", "tool": "stocks", "capability": "history", "params": {}},
+            {"id": "pay", "tool": "bank", "capability": "pay",
+             "params": {"amount": "{{history.price}}", "to": "broker"}}]}
+        broke = httpx.post(f"{server.url}/v1/runs", timeout=30,
+                           json={"query": "pay at yesterday's price", "plan": plan,
+                                 "run_id": "invoice-106", "wait": True})
+        assert broke.json()["status"] == "failed"
+        page.goto(f"{server.url}/ui/runs/invoice-106")
+        expect(page.locator("#run-status")).to_have_text("failed")
+        expect(page.locator(".summary .error-text")).to_contain_text("NOT_FOUND/NO_ROUTE")
+        expect(page.locator('g.node[data-step="history"]')).to_have_attribute("data-status", "failed")
+        expect(page.locator('g.node[data-step="pay"]')).to_have_attribute("data-status", "skipped")
+        expect(page.locator("#step-history svg.bar rect.seg-failed")).to_have_count(1)
+        expect(page.locator("#step-pay")).to_contain_text("upstream step 'history' failed")
+        legend_covers_what_is_drawn(page)
+        shot(page, "failed")
+    assert tools.executed["/pay"] == 1  # the succeeded run's; the failed one's was skipped
     assert failed == [], failed

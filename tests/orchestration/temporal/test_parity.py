@@ -5,7 +5,9 @@ Each plan of :data:`tests.support.temporal_runs.PLANS` runs through an
 (a real dev server, a worker in this process), against the same tools and the same
 scripted LLM. Everything but timings must be equal: statuses, outputs, errors, every
 attempt (layer, parameters, outcome, coercions, delay, analysis), the answer, LLM usage —
-and the tools must have executed exactly the same calls. Each plan's own expectation is
+down to the JSON text of ``RunResult.to_dict()`` (a tool's key order, the plan's; numbers
+formatted alike: Temporal's default converter sorted every dict's keys) — and the tools
+must have executed exactly the same calls. Each plan's own expectation is
 asserted too, so two equally broken backends cannot pass.
 """
 
@@ -22,7 +24,15 @@ from prometheus_client import CollectorRegistry
 from orchestration import Orchestrator, RunEvent, ScriptedLLM
 from tests.orchestration.temporal.conftest import RunningWorker
 from tests.support import temporal_runs
-from tests.support.temporal_runs import PLANS, answer, build_catalog, comparable, engine_config
+from tests.support.temporal_runs import (
+    PLANS,
+    answer,
+    build_catalog,
+    comparable,
+    comparable_json,
+    engine_config,
+    timing_types,
+)
 
 pytestmark = pytest.mark.temporal
 
@@ -71,6 +81,9 @@ async def test_the_same_plan_gives_the_same_result_on_both_backends(
     result = await orch.arun(query, plan=plan, run_id=run_id, on_event=events.append)
 
     assert comparable(result) == comparable(expected)
+    # the same JSON text: keys in the same order (a tool's, the plan's), numbers alike
+    assert comparable_json(result) == comparable_json(expected)
+    assert timing_types(result) == timing_types(expected) == {"float"}
     assert expected_calls == temporal_runs.CALLS  # the same calls reached the tools
     status, layers = EXPECTED[name]
     assert result.status == status, result.error
