@@ -86,9 +86,12 @@ class OrchestratorConfig(BaseSettings):
         "use for Anthropic), json_schema or json_object (OpenAI-compatible only), none.",
     )
     llm_script: Path | None = Field(
-        None, description="JSON file with a list of scripted answers (provider scripted), "
-        "used in order, one per LLM call, from the first again in each new process: a plan "
-        "object (`{\"steps\": [...]}`) for a planning call, a string for an answer."
+        None, description="JSON file of scripted answers (provider scripted): a list used "
+        "in order, one per LLM call, from the first again in each new process — a plan "
+        "object (`{\"steps\": [...]}`) for a planning call, a string for an answer — or "
+        "`{\"rules\": [{\"purpose\": ..., \"prompt_contains\": ..., \"answer\": ...}]}`: "
+        "each call gets the answer of the first rule whose purpose and texts it matches "
+        "(runs at the same time, as `dagwright eval` makes them)."
     )
     llm_max_retries: int = Field(
         2, ge=0, description="Retries of an LLM call after a rate limit, timeout or 5xx."
