@@ -25,7 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from orchestration._schema import check_schema_errors
-from orchestration._text import closest, describe_validation_error
+from orchestration._text import closest
 from orchestration.errors import ConfigError
 from orchestration.result import RunStatus
 
@@ -291,7 +291,7 @@ def _dataset(*, name: str, cases: list[Case], path: str | None, sha256: str | No
     try:
         return Dataset(name=name, cases=cases, path=path, sha256=sha256)
     except ValidationError as exc:
-        raise DatasetError(f"{where}: {describe_validation_error(exc)}") from None
+        raise DatasetError(f"{where}: {_problems(exc)}") from None
 
 
 def _case(data: Any, where: str) -> Case:
@@ -309,7 +309,19 @@ def _case(data: Any, where: str) -> Case:
     try:
         return Case.model_validate(data)
     except ValidationError as exc:
-        raise DatasetError(f"{where}{label}: {describe_validation_error(exc)}") from None
+        raise DatasetError(f"{where}{label}: {_problems(exc)}") from None
+
+
+def _problems(exc: ValidationError) -> str:
+    """``expect.calls[0].params: Input should be a valid dictionary``, one per problem."""
+    parts = []
+    for error in exc.errors()[:5]:
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"])
+        message = str(error["msg"]).removeprefix("Value error, ")
+        parts.append(f"{where.lstrip('.')}: {message}" if where else message)
+    if len(exc.errors()) > 5:
+        parts.append(f"… and {len(exc.errors()) - 5} more")
+    return "; ".join(parts)
 
 
 def _jsonl_cases(file: Path, text: str) -> list[Case]:
