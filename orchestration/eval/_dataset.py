@@ -19,7 +19,7 @@ import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -211,6 +211,18 @@ class Expect(BaseModel):
     not_calls: list[CallExpectation] = Field(default_factory=list)
     outputs: list[OutputCheck] = Field(default_factory=list)
     answer: AnswerCheck | None = None
+
+    @field_validator("status", mode="before")
+    @classmethod
+    def _known(cls, value: Any) -> Any:
+        known = get_args(RunStatus)
+        for status in value if isinstance(value, list) else [value]:
+            if status not in known:
+                near = closest(str(status), known)
+                raise ValueError(f"{status!r} is not a run status" + (
+                    f" (did you mean {near!r}?)" if near else "") + f"; use one of "
+                    f"{', '.join(known)}, or a list of them")
+        return value
 
     @property
     def statuses(self) -> list[str]:

@@ -25,6 +25,7 @@ PlotFormat = Literal["svg", "png"]
 PLOTS = ("pass_rate", "layers")
 _COLOURS = ("#1c7ed6", "#f08c00", "#2b8a3e", "#ae3ec9", "#e03131", "#0c8599", "#5c940d")
 _FONT = 'font-family="sans-serif" font-size="12"'
+_SMALL_FONT = 'font-family="sans-serif" font-size="10"'
 
 
 def write_plots(configs: list[ConfigSummary], directory: Path, fmt: PlotFormat) -> dict[str, Path]:
@@ -119,8 +120,8 @@ def layers_svg(configs: list[ConfigSummary]) -> str:
             width = plot_width * value / most
             body.append(f'<rect x="{left}" y="{y}" width="{width:.1f}" height="{bar - 2}" '
                         f'fill="{_COLOURS[index % len(_COLOURS)]}"/>')
-            body.append(f'<text x="{left + width + 4:.1f}" y="{y + bar - 4}" {_FONT} '
-                        f'font-size="10">{value}</text>')
+            body.append(f'<text x="{left + width + 4:.1f}" y="{y + bar - 4}" {_SMALL_FONT}>'
+                        f"{value}</text>")
     return _svg(left + plot_width + 60, height, "Faults recovered, by layer", body)
 
 
