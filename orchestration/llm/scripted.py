@@ -102,9 +102,10 @@ class ScriptedLLM:
 
     ``script`` is either a sequence of answers returned in order (whatever the purpose),
     or a callable ``(request) -> answer`` (sync or async) that can answer per
-    ``request.purpose`` — :func:`answer_by_rules` makes one from :class:`ScriptRule` s. An answer may be a string, a dict/list (sent as JSON), an
-    :class:`LLMResponse`, or an exception instance to raise. ``latency_s`` simulates
-    model latency. Usage is estimated at 4 characters a token.
+    ``request.purpose`` (:func:`answer_by_rules` makes one from :class:`ScriptRule` s).
+    An answer may be a string, a dict/list (sent as JSON), an :class:`LLMResponse`, or an
+    exception instance to raise. ``latency_s`` simulates model latency. Usage is
+    estimated at 4 characters a token.
 
     It streams too (:meth:`stream`), so tests and the offline demo exercise streaming
     without a network: the answer arrives in pieces of ``chunk_chars`` characters,
