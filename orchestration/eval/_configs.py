@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import re
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dotenv import dotenv_values
+from pydantic_core import to_jsonable_python
 
 from orchestration._text import closest
 from orchestration.catalog import Catalog
@@ -97,7 +99,7 @@ def config_from_env_file(name: str, path: str | Path) -> EvalConfig:
             message = re.sub(rf"(?<![\w]){field_name}=", f"{env_name(field_name)}=", message)
         raise ConfigError(f"{file}: {message}") from None
     effective = config.effective_values()
-    settings = {env_name(f): effective[env_name(f)] for f in overrides}
+    settings = {env_name(f): to_jsonable_python(effective[env_name(f)]) for f in overrides}
     return EvalConfig(name=name, config=config, source=str(file), settings=settings)
 
 
@@ -105,7 +107,8 @@ def _typed(field_name: str, value: str, file: Path) -> Any:
     """An env file's text as the setting takes it: JSON for a mapping (a price table),
     a path relative to the file for a path."""
     annotation = OrchestratorConfig.model_fields[field_name].annotation
-    kinds = typing.get_args(annotation) or (annotation,)
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    kinds = typing.get_args(annotation) if union else (annotation,)
     if any(typing.get_origin(k) is dict or k is dict for k in kinds):
         try:
             return json.loads(value)

@@ -132,6 +132,7 @@ def _png(configs: list[ConfigSummary], files: dict[str, Path]) -> None:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
     except ImportError as exc:
         raise ConfigError(needs_extra("PNG plots (--plots png)", "eval", exc.name)) from None
     names = [c.name for c in configs]
@@ -157,6 +158,7 @@ def _png(configs: list[ConfigSummary], files: dict[str, Path]) -> None:
                   [LAYER_LABELS.get(layer, layer) for layer in layers])
     ax.invert_yaxis()
     ax.set_xlabel("faults recovered")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(files["layers"], dpi=110)
