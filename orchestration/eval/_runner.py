@@ -146,6 +146,8 @@ async def arun_eval(
     eval_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
     judge_usage = JudgeUsage() if judge is not None else None
     async with contextlib.AsyncExitStack() as stack:
+        if judge is not None:  # its pools belong to this loop, as the orchestrators' do
+            stack.push_async_callback(judge.aclose)
         deployments = []
         catalogs: dict[str, Catalog] = {}
         for spec in specs:
