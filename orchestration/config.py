@@ -99,6 +99,12 @@ class OrchestratorConfig(BaseSettings):
 
     # --- catalog & planning -------------------------------------------------------
     catalog: Path | None = Field(None, description="Tool catalog file (YAML or JSON).")
+    planner_template_dir: Path | None = Field(
+        None, description="Directory of planner prompt templates replacing the built-in ones "
+        "file by file (`<name>.txt`: system, user, type_rules, example, replan_system, "
+        "replan_user, request_note, request_answer; planners/templates/ has the built-in "
+        "ones), e.g. to compare two prompts with `dagwright eval` (unset: built-in).",
+    )
     planner_max_retries: int = Field(
         2, ge=0, description="Extra planner calls after an unparsable or invalid plan."
     )

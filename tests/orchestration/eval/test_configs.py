@@ -4,6 +4,7 @@ mistake refused naming the file and the variable."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,46 @@ def test_the_config_option_and_its_name() -> None:
 
     with pytest.raises(ConfigError, match="configuration name 'a b' is not usable"):
         EvalConfig("a b")
+
+
+def test_two_prompt_templates_compared_as_two_configurations(tmp_path: Path) -> None:
+    """ORCH_PLANNER_TEMPLATE_DIR in a configuration's env file: the same model, asked with
+    another system prompt, plans differently, and the eval says which prompt did better."""
+    from orchestration import Catalog
+    from orchestration.eval import Dataset, run_eval
+    from planners.prompt import default_template
+
+    catalog = Catalog()
+
+    @catalog.tool("calc.double")
+    def double(x: int) -> dict:
+        """Twice x."""
+        return {"value": 2 * x}
+
+    templates = tmp_path / "strict"
+    templates.mkdir()
+    (templates / "system.txt").write_text(
+        default_template("system") + "\nNUMBERS-AS-DIGITS: write every number as digits.\n")
+    plan = '{{"steps": [{{"id": "d", "tool": "calc", "capability": "double", "params": {{"x": {x}}}}}]}}'
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"rules": [
+        {"purpose": "plan", "prompt_contains": "NUMBERS-AS-DIGITS", "answer": plan.format(x="21")},
+        {"purpose": "plan", "answer": plan.format(x='"twenty-one"')},
+        {"purpose": "synthesis", "answer": "42"}]}))
+    base = f"ORCH_LLM_PROVIDER=scripted\nORCH_LLM_SCRIPT={script}\nORCH_STORE_URL=memory://\n"
+    (tmp_path / "default.env").write_text(base)
+    (tmp_path / "strict.env").write_text(base + "ORCH_PLANNER_TEMPLATE_DIR=strict\n")
+    dataset = Dataset.from_cases([{"id": "double", "query": "double twenty-one", "expect": {
+        "outputs": [{"capability": "calc.double", "path": "value", "equals": 42}]}}])
+    report = run_eval(dataset, [config_from_env_file(n, tmp_path / f"{n}.env")
+                                for n in ("default", "strict")], catalog=catalog)
+    assert report.config("strict").settings == {
+        "ORCH_LLM_PROVIDER": "scripted", "ORCH_LLM_SCRIPT": str(script),
+        "ORCH_STORE_URL": "memory://", "ORCH_PLANNER_TEMPLATE_DIR": str(templates)}
+    assert (report.config("default").pass_rate, report.config("strict").pass_rate) == (0.0, 1.0)
+
+    (templates / "sytem.txt").write_text("typo")
+    with pytest.raises(ConfigError, match=r"ORCH_PLANNER_TEMPLATE_DIR=.*unknown planner "
+                                          r"template\(s\) sytem"):
+        run_eval(dataset, [config_from_env_file("strict", tmp_path / "strict.env")],
+                 catalog=catalog)
