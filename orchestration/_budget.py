@@ -115,7 +115,7 @@ class RunBudget:
             return None
         usage = response.usage
         cost = price.cost(usage.input_tokens, usage.output_tokens)
-        self.run.usage.cost = (self.run.usage.cost or 0.0) + cost
+        self.run.usage.record_cost(purpose, cost)
         self.observer.llm_cost(purpose, cost)
         return cost
 

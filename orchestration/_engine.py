@@ -34,7 +34,7 @@ from executors.recovery import RecoveryHandler
 from orchestration._synthesis import answer_run
 from orchestration._text import describe_validation_error
 from orchestration.config import OrchestratorConfig
-from orchestration.errors import PlanIssue, PlanningError, PlanValidationError
+from orchestration.errors import ConfigError, PlanIssue, PlanningError, PlanValidationError
 from orchestration.layer_settings import LayerSettings
 from orchestration.plan import Plan, ValidatedPlan, validate_plan
 from orchestration.result import PLAN_APPROVAL, Approval, PendingApproval, RunStatus, StepResult
@@ -45,6 +45,15 @@ from planners.planner import Planner
 from planners.replan import RepairSituation
 
 __all__ = ["RunEngine", "run_status"]
+
+
+def _planner_for(config: OrchestratorConfig) -> Planner:
+    """The default planner, with the prompt templates of ``ORCH_PLANNER_TEMPLATE_DIR``."""
+    try:
+        return Planner(template_dir=config.planner_template_dir)
+    except (ValueError, OSError) as exc:
+        raise ConfigError(f"ORCH_PLANNER_TEMPLATE_DIR={config.planner_template_dir}: {exc}") \
+            from None
 
 
 def run_status(steps: dict[str, StepResult]) -> RunStatus:
@@ -78,7 +87,7 @@ class RunEngine:
         handlers: list[RecoveryHandler] | None = None,
     ) -> None:
         self.config = config
-        self.planner = planner or Planner()
+        self.planner = planner or _planner_for(config)
         self.executor = Executor(handlers if handlers is not None else default_handlers())
 
     async def run(

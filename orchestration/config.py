@@ -86,9 +86,12 @@ class OrchestratorConfig(BaseSettings):
         "use for Anthropic), json_schema or json_object (OpenAI-compatible only), none.",
     )
     llm_script: Path | None = Field(
-        None, description="JSON file with a list of scripted answers (provider scripted), "
-        "used in order, one per LLM call, from the first again in each new process: a plan "
-        "object (`{\"steps\": [...]}`) for a planning call, a string for an answer."
+        None, description="JSON file of scripted answers (provider scripted): a list used "
+        "in order, one per LLM call, from the first again in each new process — a plan "
+        "object (`{\"steps\": [...]}`) for a planning call, a string for an answer — or "
+        "`{\"rules\": [{\"purpose\": ..., \"prompt_contains\": ..., \"answer\": ...}]}`: "
+        "each call gets the answer of the first rule whose purpose and texts it matches "
+        "(runs at the same time, as `dagwright eval` makes them)."
     )
     llm_max_retries: int = Field(
         2, ge=0, description="Retries of an LLM call after a rate limit, timeout or 5xx."
@@ -96,6 +99,12 @@ class OrchestratorConfig(BaseSettings):
 
     # --- catalog & planning -------------------------------------------------------
     catalog: Path | None = Field(None, description="Tool catalog file (YAML or JSON).")
+    planner_template_dir: Path | None = Field(
+        None, description="Directory of planner prompt templates replacing the built-in ones "
+        "file by file (`<name>.txt`: system, user, type_rules, example, replan_system, "
+        "replan_user, request_note, request_answer; planners/templates/ has the built-in "
+        "ones), e.g. to compare two prompts with `dagwright eval` (unset: built-in).",
+    )
     planner_max_retries: int = Field(
         2, ge=0, description="Extra planner calls after an unparsable or invalid plan."
     )

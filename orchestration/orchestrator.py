@@ -31,7 +31,7 @@ from orchestration._facade.cancellation import cancel
 from orchestration._facade.history import RunHistory
 from orchestration._facade.inputs import RUN_ID_PATTERN, check_query, check_run_id
 from orchestration._facade.local_runs import LocalRuns
-from orchestration._facade.loop_resources import TransportPool, run_on_new_loop
+from orchestration._facade.loop_resources import TransportLayer, TransportPool, run_on_new_loop
 from orchestration._facade.resume import resume
 from orchestration._facade.store_access import RunStoreAccess
 from orchestration._facade.temporal import TemporalBackend, llm_for
@@ -65,7 +65,10 @@ class Orchestrator:
     installs them) and Prometheus' default registry.
     ``handlers`` replaces the recovery chain (layers 3/4 and resilience) wholesale;
     ``clock`` is injectable so tests need not wait for backoff. ``store`` replaces the
-    run store ``config.store_url`` names.
+    run store ``config.store_url`` names. ``transport_layer`` wraps the tool transport
+    made for each event loop — it is given the pooled transport and returns the one runs
+    use, which delegates to it, as httpx transports are layered (``orchestration.eval``
+    records and replays tool calls this way); local backend only.
     """
 
     def __init__(
@@ -81,8 +84,13 @@ class Orchestrator:
         clock: Clock | None = None,
         planner: Planner | None = None,
         store: RunStore | None = None,
+        transport_layer: TransportLayer | None = None,
     ) -> None:
         self.config = config or OrchestratorConfig()
+        if transport_layer is not None and self.config.backend != "local":
+            raise ConfigError("transport_layer= wraps this process's tool transport, which "
+                              "runs on the Temporal backend do not use (their workers "
+                              "call the tools); use it with ORCH_BACKEND=local")
         self.catalog = catalog
         self.llm = llm if llm is not None else llm_for(self.config)
         check_prices(self.config, getattr(self.llm, "model", None))
@@ -100,7 +108,7 @@ class Orchestrator:
         self.store: RunStore = store if store is not None else open_store(self.config.store_url)
         # the parts behind the facade read what they use of it from it (FacadeParts)
         self._stores = RunStoreAccess(self)
-        self._transports = TransportPool()
+        self._transports = TransportPool(transport_layer)
         self._temporal = TemporalBackend(self)
         self._local = LocalRuns(self, self._stores, self._transports)
         self._history = RunHistory(self, self._local, self._temporal)

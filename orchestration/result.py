@@ -222,8 +222,10 @@ class RunUsage(BaseModel):
     """Totals of one run; ``by_purpose`` splits LLM calls and tokens by why they were made.
 
     ``cost`` is the LLM cost priced with ``ORCH_LLM_PRICES`` (None without a price for
-    the model); ``tool_calls`` counts the calls sent per capability (``tool.capability``),
-    what ``max_calls_per_run`` budgets are checked against.
+    the model), and ``cost_by_purpose`` the same cost split by purpose (only priced calls
+    appear), so what each defense layer spent can be told apart (``dagwright eval``);
+    ``tool_calls`` counts the calls sent per capability (``tool.capability``), what
+    ``max_calls_per_run`` budgets are checked against.
     """
 
     llm_calls: int = 0
@@ -232,6 +234,7 @@ class RunUsage(BaseModel):
     cost: float | None = None
     wall_time_s: float = 0.0
     by_purpose: dict[str, dict[str, int]] = Field(default_factory=dict)
+    cost_by_purpose: dict[str, float] = Field(default_factory=dict)
     tool_calls: dict[str, int] = Field(default_factory=dict)
 
     @property
@@ -248,6 +251,11 @@ class RunUsage(BaseModel):
         slot["calls"] += 1
         slot["input_tokens"] += input_tokens
         slot["output_tokens"] += output_tokens
+
+    def record_cost(self, purpose: str, cost: float) -> None:
+        """Add the priced cost of one LLM call made for ``purpose``."""
+        self.cost = (self.cost or 0.0) + cost
+        self.cost_by_purpose[purpose] = self.cost_by_purpose.get(purpose, 0.0) + cost
 
 
 class RunResult(BaseModel):

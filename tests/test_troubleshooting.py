@@ -72,6 +72,37 @@ def token_budget(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
     return result.error or ""
 
 
+def dataset_error(text: str) -> Callable[[pytest.MonkeyPatch, Path], str]:
+    def make(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+        from orchestration.eval import Dataset, DatasetError
+
+        path = tmp_path / "demo.jsonl"
+        path.write_text(text)
+        with pytest.raises(DatasetError) as caught:
+            Dataset.from_file(path)
+        return str(caught.value).replace(str(tmp_path) + "/", "")
+    return make
+
+
+def eval_env_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+    from orchestration.eval import config_from_env_file
+
+    path = tmp_path / "layers.env"
+    path.write_text("ORCH_VALIDATON_FEEDBACK_ENABLED=false\n")
+    with pytest.raises(ConfigError) as caught:
+        config_from_env_file("layers", path)
+    return str(caught.value).replace(str(tmp_path) + "/", "")
+
+
+def missing_cassette(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+    from orchestration.eval import Cassettes
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        Cassettes("cassettes", "replay").book("layers-on")
+    return str(caught.value)
+
+
 CASES: dict[str, tuple[Callable[[pytest.MonkeyPatch, Path], str], str]] = {
     "bad integer": (config_error(ORCH_MAX_CONCURRENCY="abc"),
                     "ORCH_MAX_CONCURRENCY='abc' is not valid: Input should be a valid integer"),
@@ -91,6 +122,15 @@ CASES: dict[str, tuple[Callable[[pytest.MonkeyPatch, Path], str], str]] = {
                    "is written as function: module:qualname)"),
     "yaml position": (catalog_error("tools:\n  - name: x\n    capabilities: [\n"),
                       "tools.yaml:4:1: catalog is not valid yaml: "),
+    "eval dataset": (dataset_error('{"id": "a", "query": "q", "expect": {"calls": [{"capability": '
+                                   '"weather.forecast", "params_schema": {"type": "objekt"}}]}}\n'),
+                     "demo.jsonl:1 (case 'a'): expect.calls[0].params_schema: params_schema is "
+                     "not a valid JSON Schema: "),
+    "eval env file": (eval_env_file, "layers.env: ORCH_VALIDATON_FEEDBACK_ENABLED is not a "
+                                     "dagwright setting; did you mean "
+                                     "ORCH_VALIDATION_FEEDBACK_ENABLED?"),
+    "eval cassette": (missing_cassette, "no cassette to replay configuration 'layers-on': "
+                                        "cassettes/layers-on.json does not exist; record one first"),
     "token budget": (token_budget, "run stopped: the run's LLM token budget is spent: 700 of 500 "
                                    "tokens (ORCH_MAX_TOKENS_PER_RUN)"),
 }

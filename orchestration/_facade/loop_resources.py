@@ -18,17 +18,25 @@ from orchestration.config import OrchestratorConfig
 T = TypeVar("T")
 
 
-class TransportPool:
-    """One pooled tool transport per event loop."""
+TransportLayer = Callable[[ToolTransport], ToolTransport]
+"""Wraps the pooled transport of a loop in one that delegates to it (httpx-style layers)."""
 
-    def __init__(self) -> None:
+
+class TransportPool:
+    """One pooled tool transport per event loop, wrapped in ``layer`` when one is given
+    (e.g. the cassettes of ``orchestration.eval``, which record or replay every call)."""
+
+    def __init__(self, layer: TransportLayer | None = None) -> None:
         self._transports: dict[int, ToolTransport] = {}
+        self._layer = layer
 
     def for_current_loop(self, config: OrchestratorConfig) -> ToolTransport:
         loop_id = id(asyncio.get_running_loop())
         transport = self._transports.get(loop_id)
         if transport is None:
             transport = ToolTransport.for_config(config)
+            if self._layer is not None:
+                transport = self._layer(transport)
             self._transports[loop_id] = transport
         return transport
 

@@ -16,7 +16,7 @@ from types import ModuleType
 from typing import Any, TextIO, cast
 
 from orchestration._version import __version__
-from orchestration.cli import _approvals, _config, _demo, _run, _runs, _serve, _tools
+from orchestration.cli import _approvals, _config, _demo, _eval, _run, _runs, _serve, _tools
 from orchestration.cli._errors import next_step_for, print_error, show_warning
 from orchestration.cli._exit_codes import (
     EXIT_CLOSED_PIPE,
@@ -36,6 +36,7 @@ COMMAND_GROUPS: tuple[ModuleType, ...] = (
     _config,      # config
     _runs,        # runs list|show, resume, debug
     _approvals,   # approvals list, approve, reject
+    _eval,        # eval
     _serve,       # serve, worker
 )
 """The command groups in the order ``dagwright --help`` lists them."""

@@ -17,6 +17,7 @@ from orchestration.errors import (
     RunNotFound,
     StoreError,
 )
+from orchestration.eval import CassetteError, DatasetError
 from orchestration.redaction import DEFAULT_REDACTOR
 
 
@@ -45,6 +46,12 @@ def next_step_for(exc: DagwrightError) -> str:
     if isinstance(exc, StoreError):
         return ("check that the run store ORCH_STORE_URL names is reachable and writable "
                 "(docs/troubleshooting.md#the-run-store)")
+    if isinstance(exc, DatasetError):
+        return ("fix that case or line of the dataset: docs/eval.md#datasets describes a case "
+                "(docs/troubleshooting.md#evals)")
+    if isinstance(exc, CassetteError):
+        return ("record the cassettes first (`dagwright eval DATASET --record DIR`), with the "
+                "same --config names (docs/troubleshooting.md#evals)")
     if isinstance(exc, ConfigError):
         return ("fix the setting (docs/configuration.md lists every ORCH_* variable and its "
                 "values); `dagwright config` prints what is in effect")

@@ -9,6 +9,7 @@ from orchestration.result import RunResult
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE, EXIT_PLANNING, EXIT_BUDGET, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 EXIT_AWAITING_APPROVAL, EXIT_CLOSED_PIPE = 5, 141
+EXIT_EVAL_GATE = 6
 EXIT_CODES: dict[int, str] = {
     EXIT_OK: "success (a run: every step succeeded)",
     EXIT_RUN_FAILED: "the run ended partial, failed or cancelled (steps failed); demo: a "
@@ -19,6 +20,9 @@ EXIT_CODES: dict[int, str] = {
     EXIT_BUDGET: "a budget stopped the run (LLM calls, tokens, cost, or calls of a capability)",
     EXIT_AWAITING_APPROVAL: "the run is paused, waiting for a person: `dagwright approve "
                             "RUN_ID STEP_ID` (or `reject`) continues it; nothing failed",
+    EXIT_EVAL_GATE: "eval: the gate failed — a regression against --baseline (a pass rate "
+                    "below the baseline's interval, or a case that passed now fails) or a pass "
+                    "rate under --min-pass-rate",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
     EXIT_CLOSED_PIPE: "stdout was closed before the output ended (`| head`); the rest of "
                       "the output was dropped quietly",

@@ -7,7 +7,7 @@ import json
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import ConfigError
 from orchestration.llm.base import LLMClient
-from orchestration.llm.scripted import ScriptedLLM
+from orchestration.llm.scripted import ScriptedLLM, answer_by_rules, rules_from_json
 
 
 def client_from_config(config: OrchestratorConfig) -> LLMClient:
@@ -15,14 +15,19 @@ def client_from_config(config: OrchestratorConfig) -> LLMClient:
     key = config.llm_api_key.get_secret_value() if config.llm_api_key else None
     if config.llm_provider == "scripted":
         if config.llm_script is None:
-            raise ConfigError("ORCH_LLM_PROVIDER=scripted needs ORCH_LLM_SCRIPT (a JSON list file)")
+            raise ConfigError("ORCH_LLM_PROVIDER=scripted needs ORCH_LLM_SCRIPT (a JSON file: "
+                              "a list of answers, or {\"rules\": [...]})")
+        source = f"ORCH_LLM_SCRIPT={config.llm_script}"
         try:
             answers = json.loads(config.llm_script.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"ORCH_LLM_SCRIPT={config.llm_script}: {exc}") from exc
-        if not isinstance(answers, list):
-            raise ConfigError(f"ORCH_LLM_SCRIPT={config.llm_script}: expected a JSON list")
-        return ScriptedLLM(answers)
+            if isinstance(answers, list):
+                return ScriptedLLM(answers)
+            return ScriptedLLM(answer_by_rules(rules_from_json(answers, source=source)))
+        except ValueError as exc:
+            raise ConfigError(str(exc) if str(exc).startswith(source)
+                              else f"{source}: {exc}") from exc
+        except OSError as exc:
+            raise ConfigError(f"{source}: {exc}") from exc
     if not config.llm_model:
         raise ConfigError(f"ORCH_LLM_PROVIDER={config.llm_provider} needs ORCH_LLM_MODEL")
     structured = config.llm_structured_output

@@ -10,15 +10,86 @@ import asyncio
 import inspect
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from orchestration.errors import LLMError, LLMErrorKind
 from orchestration.llm.base import LLMRequest, LLMResponse, LLMStreamEvent, TokenUsage
 
-__all__ = ["ScriptFunction", "ScriptedAnswer", "ScriptedLLM", "estimate_tokens"]
+__all__ = ["ScriptFunction", "ScriptRule", "ScriptedAnswer", "ScriptedLLM", "answer_by_rules",
+           "estimate_tokens", "rules_from_json"]
 
 ScriptedAnswer = str | dict[str, Any] | list[Any] | LLMResponse | BaseException
 ScriptFunction = Callable[[LLMRequest], "ScriptedAnswer | Awaitable[ScriptedAnswer]"]
+
+
+@dataclass(frozen=True)
+class ScriptRule:
+    """One scripted answer and the requests it answers: those of ``purpose`` (any purpose
+    when None) whose prompt contains every text of ``prompt_contains``.
+
+    Rules answer by what is asked rather than in which order, so runs that go on at the
+    same time (``dagwright eval`` runs cases concurrently) each get their own answers.
+    """
+
+    answer: ScriptedAnswer
+    purpose: str | None = None
+    prompt_contains: tuple[str, ...] = ()
+
+    def matches(self, request: LLMRequest) -> bool:
+        if self.purpose is not None and request.purpose != self.purpose:
+            return False
+        prompt = request.prompt_text
+        return all(text in prompt for text in self.prompt_contains)
+
+
+def answer_by_rules(rules: Sequence[ScriptRule]) -> ScriptFunction:
+    """A script that answers each request with the first of ``rules`` that matches it; a
+    request no rule matches fails (an :class:`LLMError` naming its purpose and the start
+    of its last message), as a model that cannot answer would."""
+    frozen = tuple(rules)
+
+    def answer(request: LLMRequest) -> ScriptedAnswer:
+        for rule in frozen:
+            if rule.matches(request):
+                return rule.answer
+        last = request.messages[-1].get("content", "") if request.messages else ""
+        raise LLMError(
+            LLMErrorKind.OTHER,
+            f"scripted LLM: none of its {len(frozen)} rules matches this "
+            f"{request.purpose!r} request (its last message starts {last[:160]!r})",
+            provider=ScriptedLLM.provider)
+
+    return answer
+
+
+def rules_from_json(data: Any, *, source: str) -> list[ScriptRule]:
+    """The rules of a script written as JSON, ``{"rules": [{"purpose": ..., "prompt_contains":
+    "text" or [texts], "answer": ...}, ...]}``; raises ``ValueError`` naming ``source``, the
+    rule and the key that is wrong."""
+    if not isinstance(data, dict) or not isinstance(data.get("rules"), list):
+        raise ValueError(f"{source}: expected {{\"rules\": [...]}} (or a JSON list of answers)")
+    unknown = sorted(set(data) - {"rules"})
+    if unknown:
+        raise ValueError(f"{source}: unknown key(s) {', '.join(unknown)}; only \"rules\"")
+    rules = []
+    for index, entry in enumerate(data["rules"]):
+        where = f"{source}: rules[{index}]"
+        if not isinstance(entry, dict) or "answer" not in entry:
+            raise ValueError(f"{where}: each rule is an object with an \"answer\"")
+        extra = sorted(set(entry) - {"purpose", "prompt_contains", "answer", "note"})
+        if extra:
+            raise ValueError(f"{where}: unknown key(s) {', '.join(extra)}; a rule has "
+                             "purpose, prompt_contains, answer (and an optional note)")
+        purpose = entry.get("purpose")
+        if purpose is not None and not isinstance(purpose, str):
+            raise ValueError(f"{where}.purpose: expected text such as \"plan\"")
+        texts = entry.get("prompt_contains", [])
+        texts = [texts] if isinstance(texts, str) else texts
+        if not isinstance(texts, list) or not all(isinstance(t, str) and t for t in texts):
+            raise ValueError(f"{where}.prompt_contains: expected a text or a list of texts")
+        rules.append(ScriptRule(entry["answer"], purpose, tuple(texts)))
+    return rules
 
 
 def estimate_tokens(text: str) -> int:
@@ -31,9 +102,10 @@ class ScriptedLLM:
 
     ``script`` is either a sequence of answers returned in order (whatever the purpose),
     or a callable ``(request) -> answer`` (sync or async) that can answer per
-    ``request.purpose``. An answer may be a string, a dict/list (sent as JSON), an
-    :class:`LLMResponse`, or an exception instance to raise. ``latency_s`` simulates
-    model latency. Usage is estimated at 4 characters a token.
+    ``request.purpose`` (:func:`answer_by_rules` makes one from :class:`ScriptRule` s).
+    An answer may be a string, a dict/list (sent as JSON), an :class:`LLMResponse`, or an
+    exception instance to raise. ``latency_s`` simulates model latency. Usage is
+    estimated at 4 characters a token.
 
     It streams too (:meth:`stream`), so tests and the offline demo exercise streaming
     without a network: the answer arrives in pieces of ``chunk_chars`` characters,

@@ -116,6 +116,8 @@ def test_cost_is_reported_without_a_budget_and_a_budget_needs_a_price() -> None:
     result = Orchestrator(calc_catalog(), llm, config, registry=CollectorRegistry()).run("q")
     assert result.status == "succeeded" and result.budget_exceeded is None
     assert result.usage.cost == pytest.approx(1.0 + 0.5 + 1.5)
+    # split by purpose: what planning and the answer each cost (dagwright eval reads it)
+    assert result.usage.cost_by_purpose == pytest.approx({"plan": 1.0, "synthesis": 2.0})
     assert Orchestrator(calc_catalog(), llm, registry=CollectorRegistry()).run("q").usage.cost is None
 
     with pytest.raises(ConfigError, match="ORCH_LLM_PRICES has no price for model 'm1' "

@@ -1,0 +1,1 @@
+"""dagwright eval: datasets, attribution, cassettes, reports, the CLI gate."""
