@@ -29,7 +29,8 @@ PACKAGE_API = {
         "InvalidInput", "BackendUnavailable", "LeaseLost", "RetryExhausted", "RetryPolicy", "RunEvent", "RunHandle", "RunLeased", "RunNotFound",
         "RunResult", "RunState", "RunUsage", "ScriptedLLM", "Step", "StepError", "StepFailed",
         "StepResult", "StoreError", "TokenUsage", "ToolError", "ToolFailed", "ToolResponse",
-        "validate_plan", "ValidatedPlan"
+        "validate_plan", "ValidatedPlan", "RunContext", "RunLimits", "Session",
+        "CredentialsRequired"
     ],
     "executors": [
         "REMOVED", "Coercer", "CoercionChange", "CoercionResult", "Decision", "GiveUp", "RecoveryHandler",
@@ -47,13 +48,15 @@ PUBLIC_MODULES = [
     "executors.layers.semantic_retry", "executors.layers.validation_feedback",
     "executors.recovery", "orchestration.capability", "orchestration.catalog",
     "orchestration.cli", "orchestration.clock", "orchestration.config",
+    "orchestration.context", "orchestration.credentials",
     "orchestration.debug_store", "orchestration.errors", "orchestration.events", "orchestration.handle",
     "orchestration.layer_settings", "orchestration.llm", "orchestration.llm.anthropic",
     "orchestration.llm.base", "orchestration.llm.embeddings", "orchestration.llm.openai_compat",
     "orchestration.llm.scripted",
     "orchestration.logging_setup", "orchestration.orchestrator", "orchestration.plan",
     "orchestration.protocol", "orchestration.redaction", "orchestration.result",
-    "orchestration.retry_policy", "orchestration.server", "orchestration.services", "orchestration.sources",
+    "orchestration.retry_policy", "orchestration.server", "orchestration.services",
+    "orchestration.sessions", "orchestration.sources",
     "orchestration.sources.decorated", "orchestration.sources.discovery",
     "orchestration.sources.mcp", "orchestration.sources.openapi", "orchestration.state",
     "orchestration.store", "orchestration.telemetry", "orchestration.telemetry.exporters",
