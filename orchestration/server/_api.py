@@ -57,12 +57,12 @@ from orchestration.handle import RunHandle
 from orchestration.orchestrator import RUN_ID_PATTERN
 from orchestration.plan import Plan, validate_plan
 from orchestration.result import Approval, RunResult, RunStatus
-from orchestration.sessions import SESSION_ID_PATTERN
 from orchestration.server._errors import ApiError, field_errors
 from orchestration.server._runs import Busy, RunManager
 from orchestration.server._security import caller_tenant
-from orchestration.server._tenants import Tenant
 from orchestration.server._stream import FINAL_STATUSES, run_event_stream
+from orchestration.server._tenants import Tenant
+from orchestration.sessions import SESSION_ID_PATTERN
 
 __all__ = ["api_routes", "read_run"]
 

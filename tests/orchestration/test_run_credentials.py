@@ -150,3 +150,92 @@ def _logs() -> tuple[logging.Handler, list[str]]:
             lines.append(self.format(record) + json.dumps(record.__dict__, default=str))
 
     return Keep(level=logging.DEBUG), lines
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/runs.db"
+    server = request.getfixturevalue("postgres_server")
+    return str(server.create_database(f"creds_{uuid.uuid4().hex[:10]}"))
+
+
+def _store_text(store_url: str, tmp_path: Path) -> bytes:
+    """Everything the run store holds: the SQLite files' bytes, or every row of every
+    dagwright table of the PostgreSQL database as text."""
+    if store_url.startswith("sqlite"):
+        files = [p for p in tmp_path.iterdir() if p.name.startswith("runs.db")]
+        assert files
+        return b"".join(p.read_bytes() for p in files)
+    import psycopg
+
+    out: list[str] = []
+    with psycopg.connect(store_url) as conn:
+        tables = [r[0] for r in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_name LIKE "
+            "'dagwright_%'").fetchall()]
+        assert "dagwright_runs" in tables and "dagwright_events" in tables
+        for table in tables:
+            out.append(repr(conn.execute(f"SELECT * FROM {table}").fetchall()))
+    return "\n".join(out).encode()
+
+
+@pytest.mark.slow
+def test_a_per_run_token_is_in_no_sink(api: ProfileAPI, store_url: str, tmp_path: Path) -> None:
+    """The scan: the token reached the tool, and appears in nothing that was recorded or
+    answered — with a tool that echoes it back, and a request the server refuses."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    handler, lines = _logs()
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    debug = tmp_path / "llm-debug.jsonl"
+    script = [json.dumps(PLAN), "You are alice in Lisbon with two orders."]
+    orch = Orchestrator(
+        catalog=catalog_of(api), llm=ScriptedLLM(script), registry=CollectorRegistry(),
+        tracer_provider=provider,
+        config=OrchestratorConfig(store_url=store_url, llm_debug_enabled=True,
+                                  llm_debug_path=debug, stream_plan=False))
+    answers: list[str] = []
+    given = {"profiles": {"Authorization": f"Bearer {ALICE}"}}
+    try:
+        with live_server(orch) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+            def keep(response: httpx.Response) -> httpx.Response:
+                answers.append(f"{response.status_code} {dict(response.headers)} {response.text}")
+                return response
+
+            done = keep(http.post("/v1/runs", json={
+                "query": "where do I live and what did I order?", "wait": True,
+                "context": {"tenant": "shop", "user": "alice"}, "credentials": given})).json()
+            assert done["status"] == "succeeded", done
+            run_id = done["run_id"]
+            refused = keep(http.post("/v1/runs", json={
+                "query": "x", "credentials": {"profiles": {"Authorization": ALICE + "\r\n"}}}))
+            assert refused.status_code == 422
+            unknown = keep(http.post("/v1/runs", json={
+                "query": "x", "credentials": {"nosuch": {"Authorization": ALICE}}}))
+            assert unknown.status_code == 422
+            for path in ("/v1/runs", f"/v1/runs/{run_id}", f"/v1/runs/{run_id}/events",
+                         "/ui/", f"/ui/runs/{run_id}", "/metrics", "/healthz"):
+                keep(http.get(path))
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+        orch.close()
+    # the token reached the tool, for every call of the run
+    assert api.authorizations[:3] == [f"Bearer {ALICE}"] * 3
+    spans = [span.to_json() for span in exporter.get_finished_spans()]
+    assert any('"dagwright.context.user": "alice"' in s for s in spans)
+    sinks = {
+        "run store": _store_text(store_url, tmp_path),
+        "logs": "\n".join(lines).encode(),
+        "spans": "\n".join(spans).encode(),
+        "debug store": debug.read_bytes(),
+        "serve answers (API, events, viewer, metrics)": "\n".join(answers).encode(),
+    }
+    assert all(sinks.values()), [name for name, text in sinks.items() if not text]
+    hits = {name: text.count(ALICE.encode()) for name, text in sinks.items()}
+    assert hits == dict.fromkeys(sinks, 0)

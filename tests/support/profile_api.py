@@ -100,7 +100,7 @@ def profile_api(tokens: dict[str, str]) -> Iterator[ProfileAPI]:
             scheme, _, token = (auth or "").partition(" ")
             return api.tokens.get(token) if scheme.lower() == "bearer" else None
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        def do_GET(self) -> None:
             path = urlsplit(self.path).path
             if path == "/openapi.json":
                 self._answer(200, document(api.url))
@@ -119,7 +119,7 @@ def profile_api(tokens: dict[str, str]) -> Iterator[ProfileAPI]:
             else:
                 self._answer(404, {"error": "no such path"})
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             user = self._user()
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
