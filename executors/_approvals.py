@@ -197,7 +197,8 @@ def _checked_plan(run: RunState, plan: dict[str, Any], services: RunServices) ->
     try:
         model = Plan.model_validate(plan)
         validated = validate_plan(model, services.catalog,
-                                  max_steps=services.config.max_plan_steps)
+                                  max_steps=services.config.max_plan_steps,
+                                  earlier=services.earlier_outputs)
     except Exception as exc:  # pydantic's ValidationError or PlanValidationError
         raise ApprovalError(f"run {run.run_id!r}: the edited plan is not valid: {exc}") from exc
     return validated.to_dict()

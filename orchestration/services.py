@@ -93,7 +93,7 @@ class RunServices:
     session: SessionHistory | None = None
 
     @property
-    def earlier_outputs(self) -> Mapping[str, Any]:
+    def earlier_outputs(self) -> dict[str, Any]:
         """The outputs of the session's earlier runs a reference may name (empty
         without a session)."""
         return self.session.outputs if self.session is not None else {}

@@ -33,7 +33,7 @@ from orchestration.store._base import RunSummary
 if TYPE_CHECKING:
     from orchestration.store import RunStore
 
-__all__ = ["SESSION_ID_PATTERN", "EarlierRun", "Session", "SessionHistory", "check_session_id",
+__all__ = ["SESSION_ID_PATTERN", "AnyEarlier", "EarlierRun", "Session", "SessionHistory", "check_session_id",
            "earlier_key", "load_history"]
 
 SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$"

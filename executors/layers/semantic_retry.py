@@ -252,7 +252,7 @@ class SemanticRetry:
             corrected = apply_corrections(failed, answer.corrected_parameters)
             changed = changed_count(failed, corrected)
             try:  # references the LLM kept (or wrote) are resolved like the planner's
-                params = bind_params(corrected, state.run.outputs)
+                params = bind_params(corrected, state.outputs)
             except BindingFailure as exc:
                 complete("give_up", changed)
                 return GiveUp(f"layer 4 (semantic retry): the parameters still hold a reference "

@@ -62,7 +62,7 @@ from orchestration.server._runs import Busy, RunManager
 from orchestration.server._security import caller_tenant
 from orchestration.server._stream import FINAL_STATUSES, run_event_stream
 from orchestration.server._tenants import Tenant
-from orchestration.sessions import SESSION_ID_PATTERN
+from orchestration.sessions import SESSION_ID_PATTERN, AnyEarlier
 
 __all__ = ["api_routes", "read_run"]
 
@@ -232,7 +232,10 @@ def _check_plan(request: Request, plan: dict[str, Any]) -> None:
     except ValidationError as exc:
         raise field_errors(exc, prefix="plan") from exc
     try:
-        validate_plan(model, orchestrator.catalog, max_steps=orchestrator.config.max_plan_steps)
+        # a follow-up's references to earlier runs are checked once the run knows its
+        # session (its run fails naming them); here every run:N.step is taken as known
+        validate_plan(model, orchestrator.catalog, max_steps=orchestrator.config.max_plan_steps,
+                      earlier=AnyEarlier())
     except PlanValidationError as exc:
         issues = [{"step_id": i.step_id, "message": i.message} for i in exc.issues]
         raise ApiError(422, "invalid_plan", f"plan: {exc}", details={
