@@ -9,7 +9,9 @@ The rule (``ORCH_SESSION_HISTORY_CHARS`` is the budget ``B``, characters):
    ones are counted in one line ("3 earlier runs not shown"), never silently dropped.
 2. **Outputs, most relevant first.** Every step output of the turns shown is scored
    against the new query: the share of the query's words (stemmed, stop words left out)
-   found in the output's step id, capability and JSON text; ties go to the newer run.
+   found in the output's step id, capability and JSON text, and at least
+   :data:`LATEST_RUN_SCORE` for the outputs of the latest run (a follow-up such as "and
+   for next week?" shares no word with what it follows up on); ties go to the newer run.
    In that order each output is shown as its reference name and a JSON preview of at most
    :data:`OUTPUT_CHARS` characters, while the budget lasts. An output that shares no word
    with the query, or that no longer fits, is listed by its reference name and capability
@@ -28,8 +30,9 @@ from orchestration._text import clip, data_block
 from orchestration.sessions import EarlierRun, SessionHistory, earlier_key
 from planners._ranking import tokenize
 
-__all__ = ["ANSWER_CHARS", "OUTPUT_CHARS", "QUERY_CHARS", "session_block"]
+__all__ = ["ANSWER_CHARS", "LATEST_RUN_SCORE", "OUTPUT_CHARS", "QUERY_CHARS", "session_block"]
 
+LATEST_RUN_SCORE = 0.5
 QUERY_CHARS = 300
 ANSWER_CHARS = 600
 OUTPUT_CHARS = 800
@@ -79,8 +82,10 @@ def session_block(history: SessionHistory, query: str, budget_chars: int) -> str
     if hidden:
         lines.append(f"({hidden} earlier run(s) of the session not shown)")
     words = set(tokenize(query))
+    latest = newest_first[0].number
     candidates = sorted(
-        ((_score(words, earlier_key(r.number, sid), r.capabilities.get(sid, ""), out),
+        ((max(_score(words, earlier_key(r.number, sid), r.capabilities.get(sid, ""), out),
+              LATEST_RUN_SCORE if r.number == latest else 0.0),
           r.number, sid, r.capabilities.get(sid, ""), out)
          for r in shown for sid, out in r.outputs.items()),
         key=lambda c: (-c[0], -c[1], c[2]))
