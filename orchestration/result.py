@@ -288,7 +288,7 @@ class RunResult(BaseModel):
     budget_exceeded: BudgetExceeded | None = None
     context: dict[str, Any] | None = None
     """Who the run is for (``context=`` of the run; see :mod:`orchestration.context`)."""
-    session_id: str | None = None
+    session: str | None = None
     session_run: int | None = None
     """The run's number in its session: later runs refer to its outputs as
     ``{{run:N.step.path}}``."""

@@ -57,7 +57,7 @@ def earlier_key(number: int, step_id: str) -> str:
 class Session(BaseModel):
     """A session and its runs (``Orchestrator.get_session``), newest run first."""
 
-    session_id: str
+    id: str
     tenant: str | None = None
     created_at: float
     updated_at: float

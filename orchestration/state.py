@@ -69,7 +69,7 @@ class RunState(BaseModel):
     context: dict[str, Any] | None = None
     """Who the run is for (see :mod:`orchestration.context`): stored and indexed, on every
     span and event of the run, read by ``requires_approval`` conditions."""
-    session_id: str | None = None
+    session: str | None = None
     session_run: int | None = None
     """The run's number in its session (1, 2, ...), within the session's tenant."""
     credentials_for: list[str] = Field(default_factory=list)
@@ -213,7 +213,7 @@ class RunState(BaseModel):
             warnings=list(self.warnings), trace_id=self.trace_id,
             pending_approvals=list(self.pending_approvals),
             budget_exceeded=self.budget_exceeded, context=self.context,
-            session_id=self.session_id, session_run=self.session_run,
+            session=self.session, session_run=self.session_run,
         )
 
     @property

@@ -107,7 +107,7 @@ class LocalRuns:
         run = RunState(run_id=run_id or uuid.uuid4().hex, query=query, context=inputs.context,
                        credentials_for=sorted(inputs.credentials or {}), limits=inputs.limits)
         if inputs.session_id is not None:
-            run.session_id = inputs.session_id
+            run.session = inputs.session_id
             run.session_run = await self.sessions.number(inputs.session_id, run.tenant)
         if self._parts.debug_store is not None:
             run.debug_path = str(self._parts.debug_store.path)

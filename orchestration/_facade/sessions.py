@@ -23,10 +23,10 @@ class LocalSessions:
 
     async def history(self, run: RunState) -> SessionHistory | None:
         """The earlier runs of ``run``'s session it may build on (None: no session)."""
-        if run.session_id is None or run.session_run is None:
+        if run.session is None or run.session_run is None:
             return None
         await self._stores.open()
-        return await load_history(self._parts.store, run.tenant, run.session_id,
+        return await load_history(self._parts.store, run.tenant, run.session,
                                   run.session_run, self._parts.config.session_history_runs)
 
     async def get(self, session_id: str, tenant: str | None) -> Session | None:
@@ -39,5 +39,5 @@ class LocalSessions:
             return None
         runs = await store.list_runs(status=None, limit=max(1, record.runs),
                                      tenant=tenant or "", session_id=session_id)
-        return Session(session_id=session_id, tenant=record.tenant,
+        return Session(id=session_id, tenant=record.tenant,
                        created_at=record.created_at, updated_at=record.updated_at, runs=runs)

@@ -82,8 +82,8 @@ def cmd_runs_list(args: argparse.Namespace, out: TextIO) -> int:
         steps = ", ".join(f"{n} {status}" for status, n in sorted(r.steps.items())) or "no steps"
         out.write(f"{r.run_id:34} {r.status:10} {_when(r.started_at)}  {steps}\n"
                   f"    {r.query[:100]}\n")
-        if r.context or r.session_id:
-            out.write(f"    {_in_context(r.context, r.session_id, r.session_run)}\n")
+        if r.context or r.session:
+            out.write(f"    {_in_context(r.context, r.session, r.session_run)}\n")
     return 0
 
 
@@ -98,8 +98,8 @@ def cmd_runs_show(args: argparse.Namespace, out: TextIO) -> int:
         out.write(json.dumps(result.to_dict(), indent=2) + "\n")
         return 0
     out.write(f"run {result.run_id}: {result.query}\n")
-    if result.context or result.session_id:
-        out.write(f"  {_in_context(result.context, result.session_id, result.session_run)}\n")
+    if result.context or result.session:
+        out.write(f"  {_in_context(result.context, result.session, result.session_run)}\n")
     render_result(result, out)
     if result.error:
         out.write(f"  error: {result.error}\n")

@@ -101,7 +101,7 @@ def cmd_sessions_show(args: argparse.Namespace, out: TextIO) -> int:
                              + f" in {OrchestratorConfig().store_url}; a run started with "
                              "--session creates it")
     if args.json:
-        out.write(json.dumps({"session_id": args.session_id, "tenant": record.tenant,
+        out.write(json.dumps({"session": args.session_id, "tenant": record.tenant,
                               "runs": [r.model_dump(mode="json") for r in runs]}, indent=2) + "\n")
         return 0
     out.write(f"session {args.session_id}" + (f" (tenant {record.tenant})" if record.tenant else "")

@@ -64,7 +64,7 @@ class RunSummary(BaseModel):
     error: str | None = None
     context: dict[str, Any] | None = None
     """Who the run is for (``tenant``, ``user``, ...)."""
-    session_id: str | None = None
+    session: str | None = None
     session_run: int | None = None
 
 

@@ -164,7 +164,7 @@ class MemoryStore:
         return [RunSummary(run_id=r.run_id, query=r.query, status=r.status,
                            started_at=r.started_at, finished_at=r.finished_at,
                            steps=dict(r.steps), error=r.error, context=r.context,
-                           session_id=r.session_id, session_run=r.session_run)
+                           session=r.session_id, session_run=r.session_run)
                 for r in records[:limit]]
 
     async def next_session_run(self, tenant: str | None, session_id: str) -> int:

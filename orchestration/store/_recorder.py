@@ -101,7 +101,7 @@ def snapshot(state: RunState, plan_json: str | None = None) -> SaveRun:
         started_at=state.started_at, finished_at=state.finished_at,
         state_json='{"plan": ' + plan_json + ", " + rest[1:],
         steps=counts, error=state.error, context=state.context,
-        session_id=state.session_id, session_run=state.session_run,
+        session_id=state.session, session_run=state.session_run,
     )
 
 

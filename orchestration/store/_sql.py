@@ -439,7 +439,7 @@ class _SQLStore(ABC):
             (*(value for _, value in filters), limit))
         return [RunSummary(run_id=r[0], query=r[1], status=r[2], started_at=r[3],
                            finished_at=r[4], steps=json.loads(r[5]), error=r[6],
-                           context=json.loads(r[7]) if r[7] else None, session_id=r[8],
+                           context=json.loads(r[7]) if r[7] else None, session=r[8],
                            session_run=r[9]) for r in rows]
 
     async def next_session_run(self, tenant: str | None, session_id: str) -> int:

@@ -64,7 +64,7 @@ class RunWorkflow:
                                context=request.get("context"),
                                limits=RunLimits.model_validate(request["limits"])
                                if request.get("limits") else None,
-                               session_id=self._session.session_id if self._session else None,
+                               session=self._session.session_id if self._session else None,
                                session_run=self._session.number if self._session else None)
         self._events: list[RunEvent] = []
         self._recorded_seq = 0

@@ -50,7 +50,7 @@ def test_a_follow_up_sees_the_earlier_run_and_uses_its_output(
     try:
         first = orch.run("what does a TSLA share cost?", session_id="trip",
                          context={"user": "ann"})
-        assert (first.session_id, first.session_run) == ("trip", 1)
+        assert (first.session, first.session_run) == ("trip", 1)
         second = orch.run("buy one of those", session_id="trip", context={"user": "ann"})
         assert second.status == "succeeded", second.error
         assert second.session_run == 2
