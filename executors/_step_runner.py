@@ -337,7 +337,8 @@ class StepRunner:
                 return self._record(state, decision, "not_sent", refused, prepared,
                                     provenance=provenance), None
             reason = approval_reason(state.capability.requires_approval, prepared.params,
-                                     self.resume.approved.get(state.step.id))
+                                     self.resume.approved.get(state.step.id),
+                                     self.run.context)
             if reason is not None:
                 raise AwaitApproval(prepared.params, reason)
             blocked = self._blocked(state, prepared)

@@ -22,11 +22,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from orchestration.errors import InvalidInput
 
-__all__ = ["MAX_KEYS", "MAX_VALUE_CHARS", "RunContext", "check_context", "span_attributes"]
+__all__ = ["MAX_KEYS", "MAX_VALUE_CHARS", "ApprovalCondition", "RunContext", "check_context",
+           "span_attributes"]
 
 MAX_KEYS = 32
 """Keys a context may have."""
@@ -107,3 +108,113 @@ def span_attributes(context: Mapping[str, ContextValue] | None) -> dict[str, Con
     if not context:
         return {}
     return {f"dagwright.context.{key}": value for key, value in context.items()}
+
+
+_OPERATORS = frozenset({"eq", "ne", "in", "not_in", "gt", "gte", "lt", "lte", "exists"})
+_PATH = re.compile(r"^(context|params)\.[A-Za-z0-9_.-]+$")
+_ABSENT = object()
+
+
+def _read(path: str, context: Mapping[str, Any], params: Mapping[str, Any]) -> Any:
+    """The value ``context.key`` or ``params.a.b`` names (``_ABSENT`` when there is none)."""
+    root, _, rest = path.partition(".")
+    value: Any = context if root == "context" else params
+    for part in rest.split("."):
+        if isinstance(value, Mapping) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return _ABSENT
+    return value
+
+
+def _clause(match: Any, value: Any) -> bool | None:
+    """Whether ``value`` meets ``match``; None when it cannot be told (a comparison of
+    things that do not compare): the caller then errs towards asking a person."""
+    if not isinstance(match, Mapping):
+        match = {"in": match} if isinstance(match, list) else {"eq": match}
+    held = True
+    for op, expected in match.items():
+        if op == "exists":
+            held = held and ((value is not _ABSENT) == bool(expected))
+            continue
+        if value is _ABSENT:
+            if op in ("ne", "not_in"):
+                continue
+            return False
+        try:
+            if op == "eq":
+                held = held and value == expected
+            elif op == "ne":
+                held = held and value != expected
+            elif op == "in":
+                held = held and value in expected
+            elif op == "not_in":
+                held = held and value not in expected
+            elif op == "gt":
+                held = held and value > expected
+            elif op == "gte":
+                held = held and value >= expected
+            elif op == "lt":
+                held = held and value < expected
+            else:
+                held = held and value <= expected
+        except TypeError:
+            return None
+    return held
+
+
+class ApprovalCondition(BaseModel):
+    """When a capability's calls wait for a person, in the catalog's own terms: every
+    entry of ``when`` holds (none: always), and not every entry of ``unless`` does.
+
+    An entry maps a path — ``context.<key>`` (the run's context) or ``params.<path>`` (the
+    call's parameters, after layer 2) — to a match: a value (equal to it), a list (one of
+    them), or operators ``eq``, ``ne``, ``in``, ``not_in``, ``gt``, ``gte``, ``lt``,
+    ``lte``, ``exists``. ``{when: {params.amount: {gt: 100}}, unless: {context.role:
+    admin}}``: refunds over 100 wait, except in runs for an admin. A value that is missing
+    meets nothing but ``ne``, ``not_in`` and ``exists: false``; one that cannot be
+    compared (a text against a number) counts towards asking a person.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    when: dict[str, Any] = {}
+    unless: dict[str, Any] = {}
+
+    @model_validator(mode="after")
+    def _check(self) -> ApprovalCondition:
+        if not self.when and not self.unless:
+            raise ValueError("an approval condition needs 'when' or 'unless' (or use true)")
+        for part, entries in (("when", self.when), ("unless", self.unless)):
+            for path, match in entries.items():
+                if not _PATH.match(path):
+                    raise ValueError(f"{part}: {path!r} must be context.<key> or "
+                                     "params.<path>")
+                if isinstance(match, Mapping):
+                    unknown = set(match) - _OPERATORS
+                    if unknown or not match:
+                        raise ValueError(f"{part}.{path}: unknown operator(s) "
+                                         f"{', '.join(sorted(map(str, unknown))) or '(none)'}; "
+                                         f"use {', '.join(sorted(_OPERATORS))}")
+        return self
+
+    def requires(self, context: Mapping[str, Any] | None, params: Mapping[str, Any]) -> bool:
+        """Whether a call with ``params``, in a run of ``context``, waits for a person."""
+        ctx = context or {}
+        for path, match in self.when.items():
+            if _clause(match, _read(path, ctx, params)) is False:
+                return False
+        if self.unless:
+            return not all(_clause(match, _read(path, ctx, params)) is True
+                           for path, match in self.unless.items())
+        return True
+
+    def describe(self) -> str:
+        parts = []
+        if self.when:
+            parts.append("when " + ", ".join(f"{p} {m!r}" for p, m in self.when.items()))
+        if self.unless:
+            parts.append("unless " + ", ".join(f"{p} {m!r}" for p, m in self.unless.items()))
+        return " ".join(parts)

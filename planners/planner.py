@@ -63,8 +63,8 @@ from planners._catalog_request import (
 from planners._plan_stream import PlanStream, StepListener
 from planners._references import check_reference_paths
 from planners._selection import Selection
-from planners._session_view import session_block
 from planners._semantic import SemanticRanker
+from planners._session_view import session_block
 from planners.feedback import DefaultFeedbackFormatter, FeedbackFormatter, PlanFeedback
 from planners.parsing import parse_plan, plan_response_schema
 from planners.prompt import BuiltPrompt, PlannerTemplates, PromptBuilder
