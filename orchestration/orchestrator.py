@@ -231,11 +231,11 @@ class Orchestrator:
         :class:`RunLeased` when another process is running it.
         """
         check_query(query)
+        self._temporal.refuse_credentials(credentials)
         inputs = self._inputs(context, credentials, session_id, limits)
         if self._temporal.enabled:
             if run_id is not None:
                 check_run_id(run_id)
-            self._temporal.refuse_credentials(inputs)
             return await self._temporal.runs().run(query, plan=plan, run_id=run_id,
                                                    on_event=on_event, inputs=inputs)
         return await self._local.start_new(query, plan=plan, run_id=run_id, on_event=on_event,
@@ -359,9 +359,9 @@ class Orchestrator:
         A finished run is returned as it is. Raises :class:`RunNotFound` for an unknown
         id and :class:`RunLeased` while another live process is executing the run.
         """
+        self._temporal.refuse_credentials(credentials)
         given = self._inputs(None, credentials, None, None)
         if self._temporal.enabled:
-            self._temporal.refuse_credentials(given)
             return await self._temporal.runs().resume(run_id, approvals=approvals,
                                                       on_event=on_event)
         return await resume(self, self._local, run_id, approvals=approvals, on_event=on_event,

@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from orchestration._extras import needs_extra
-from orchestration._facade.inputs import RunInputs
 from orchestration._facade.parts import FacadeParts
 from orchestration.errors import ConfigError
 
@@ -41,12 +40,12 @@ class TemporalBackend:
         if self._runs is not None:
             self._runs.forget_loop()
 
-    def refuse_credentials(self, inputs: RunInputs) -> None:
+    def refuse_credentials(self, credentials: object) -> None:
         """Per-run credentials never cross into a Temporal workflow: its inputs, updates
         and activity arguments are the workflow's history, which Temporal records and
         keeps for the namespace's retention period (docs/context.md says why and what to
         do instead)."""
-        if self.enabled and inputs.credentials:
+        if self.enabled and credentials:
             raise ConfigError(
                 "per-run credentials are refused on the Temporal backend "
                 "(ORCH_BACKEND=temporal): the only way from a client to the worker that "
