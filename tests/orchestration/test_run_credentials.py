@@ -239,3 +239,41 @@ def test_a_per_run_token_is_in_no_sink(api: ProfileAPI, store_url: str, tmp_path
     assert all(sinks.values()), [name for name, text in sinks.items() if not text]
     hits = {name: text.count(ALICE.encode()) for name, text in sinks.items()}
     assert hits == dict.fromkeys(sinks, 0)
+
+
+def test_an_mcp_server_over_http_gets_the_run_s_header_on_a_session_of_its_own() -> None:
+    """The catalog lists the server's tools with the service's token; a run's own token
+    replaces it on a session opened for that run's credentials — a wrong one is refused
+    by the server (so the service's token was not used), the user's is accepted."""
+    from tests.support.sources import mcp_http_server
+    from tests.support.sources import orchestrator as scripted
+
+    service, user = "svc-" + uuid.uuid4().hex, "usr-" + uuid.uuid4().hex
+    with mcp_http_server(token=f"{service},{user}") as url:
+        catalog = Catalog()
+        catalog.add_mcp_server("calc", url=url, headers={"Authorization": f"Bearer {service}"})
+        step = {"id": "s1", "tool": "calc", "capability": "add", "params": {"a": 2, "b": 3}}
+        try:
+            orch = scripted(catalog, ["unused"])
+            wrong = orch.run("add", plan={"steps": [step]},
+                             credentials={"mcp:calc": {"Authorization": "Bearer nope"}})
+            assert wrong.status == "failed"
+            assert wrong.steps["s1"].error is not None
+            assert wrong.steps["s1"].error.category == "AUTH_ERROR"
+            assert "nope" not in json.dumps(wrong.to_dict())
+            right = orch.run("add", plan={"steps": [step]},
+                             credentials={"calc": {"Authorization": f"Bearer {user}"}})
+            assert right.status == "succeeded", right.error
+            assert right.steps["s1"].output == {"total": 5}
+            with pytest.raises(InvalidInput, match="cannot carry per-run headers"):
+                stdio = Catalog()
+                from tests.support.sources import STDIO_COMMAND
+                stdio.add_mcp_server("local", command=STDIO_COMMAND, tools=["add"])
+                try:
+                    scripted(stdio, ["unused"]).run(
+                        "add", plan={"steps": [{**step, "tool": "local"}]},
+                        credentials={"local": {"Authorization": "Bearer x"}})
+                finally:
+                    stdio.close()
+        finally:
+            catalog.close()
