@@ -50,7 +50,7 @@ def test_a_payment_waits_for_a_person_unless_the_run_is_for_an_admin(
 def test_conditions_are_checked_when_the_catalog_loads(tools: SideEffectTools) -> None:
     with pytest.raises(CatalogError, match="unknown operator"):
         catalog(tools, {"when": {"params.amount": {"greater": 100}}})
-    with pytest.raises(CatalogError, match="must be context.<key> or params.<path>"):
+    with pytest.raises(CatalogError, match=r"must be context\.<key> or params\.<path>"):
         catalog(tools, {"when": {"amount": 100}})
     with pytest.raises(CatalogError, match="needs 'when' or 'unless'"):
         catalog(tools, {})
