@@ -52,7 +52,7 @@ def test_the_web_service_example_serves_two_users_apart(tmp_path: Path,
         (tmp_path / "script.json").write_text('["unused"]')
         monkeypatch.setenv("ORCH_LLM_SCRIPT", str(tmp_path / "script.json"))
         module = types.ModuleType("context_example")
-        exec(compile(example_source(), "docs/context.md", "exec"), module.__dict__)  # noqa: S102
+        exec(compile(example_source(), "docs/context.md", "exec"), module.__dict__)
         from orchestration import ScriptedLLM
 
         module.orch.llm = ScriptedLLM(answer)  # the LLM: scripted, as everywhere in tests
