@@ -123,3 +123,40 @@ def test_the_history_is_bounded_and_cut_by_relevance() -> None:
     assert all(len(line) < OUTPUT_CHARS + 80 for line in shown.splitlines())
     # always the same for the same session and query (a replay, a resume)
     assert session_block(history, "which flights to Porto are cheapest?", budget) == block
+
+
+@pytest.mark.parametrize(("claim", "sent"), [("run:1.quote.price", True),
+                                             ("run:1.quote.symbol", False)])
+def test_layer_4_may_cite_an_earlier_run_and_the_citation_is_checked(
+    tools: SideEffectTools, tmp_path: Path, claim: str, sent: bool,
+) -> None:
+    """A follow-up's reference with a wrong path fails to bind; layer 4 re-resolves the
+    value and cites the earlier run's output as its source: the ground stage checks the
+    citation against that output (250.0 is at run:1.quote.price, not at .symbol)."""
+    def answer(request: LLMRequest) -> Any:
+        if request.purpose == "semantic_retry":
+            return {"should_retry": True, "is_transient_error": False,
+                    "corrected_parameters": {"amount": 250.0, "to": "broker"},
+                    "analysis": "the price is in run 1's quote",
+                    "provenance": {"amount": {"kind": "upstream", "path": claim}}}
+        return "unused"
+
+    orch = orchestrator(tools, f"sqlite:///{tmp_path}/runs.db", answer,
+                        synthesis_enabled=False, validation_feedback_enabled=False)
+    try:
+        orch.run("quote", plan=QUOTE, session_id="g")
+        typo = {"steps": [{"id": "pay", "tool": "bank", "capability": "pay_keyed",
+                           "params": {"amount": "{{run:1.quote.prize}}", "to": "broker"}}]}
+        result = orch.run("buy one", plan=typo, session_id="g")
+        pay = result.steps["pay"]
+        assert pay.attempts[0].error is not None
+        assert pay.attempts[0].error.code == "UNRESOLVED_REFERENCE"
+        verdict = pay.attempts[1].provenance["amount"]
+        assert verdict.grounded is sent, verdict
+        if sent:
+            assert result.status == "succeeded" and tools.executed["/pay_keyed"] == 1
+        else:
+            assert verdict.reason == "value_mismatch"
+            assert tools.executed["/pay_keyed"] == 0
+    finally:
+        orch.close()
