@@ -202,3 +202,17 @@ def test_two_tenants_cannot_see_each_other_s_runs_in_the_viewer(
         expect(other.locator("table.runs")).not_to_contain_text(runs["globex"])
     finally:
         context.close()
+
+
+def test_one_token_and_tenants_at_once_are_refused_before_listening() -> None:
+    from orchestration import OrchestratorConfig
+    from orchestration.server._serve import serve
+
+    config = OrchestratorConfig(serve_token=ACME, serve_tokens=json.dumps(TOKENS),
+                                store_url="memory://")
+    with pytest.raises(ConfigError, match="not both"):
+        serve(config=config, port=0)
+    # tenants are enough to listen beyond loopback (every request needs a token)
+    from orchestration.server._security import check_exposure
+
+    check_exposure("0.0.0.0", "tenants", insecure=False)
