@@ -28,6 +28,7 @@ import time
 from typing import Any
 
 from executors._prepare import CapabilityCache
+from orchestration.context import ApprovalCondition
 from orchestration.errors import ApprovalError, CatalogError
 from orchestration.plan import Plan, validate_plan
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError
@@ -48,13 +49,21 @@ class AwaitApproval(Exception):
         self.reason = reason
 
 
-def approval_reason(requires_approval: bool, params: dict[str, Any],
-                    approved: dict[str, Any] | None) -> str | None:
-    """Why a call with ``params`` must wait for a person, or None when it may go."""
-    if not requires_approval:
+def approval_reason(requires_approval: bool | ApprovalCondition, params: dict[str, Any],
+                    approved: dict[str, Any] | None,
+                    context: dict[str, Any] | None = None) -> str | None:
+    """Why a call with ``params`` (in a run of ``context``) must wait for a person, or
+    None when it may go."""
+    if isinstance(requires_approval, ApprovalCondition):
+        if not requires_approval.requires(context, params):
+            return None
+        first = f"the capability requires approval {requires_approval.describe()}"
+    elif not requires_approval:
         return None
+    else:
+        first = "the capability requires approval before each call"
     if approved is None:
-        return "the capability requires approval before each call"
+        return first
     if approved != params:
         return "the parameters differ from the ones approved (a layer changed them)"
     return None
@@ -197,7 +206,8 @@ def _checked_plan(run: RunState, plan: dict[str, Any], services: RunServices) ->
     try:
         model = Plan.model_validate(plan)
         validated = validate_plan(model, services.catalog,
-                                  max_steps=services.config.max_plan_steps)
+                                  max_steps=services.config.max_plan_steps,
+                                  earlier=services.earlier_outputs)
     except Exception as exc:  # pydantic's ValidationError or PlanValidationError
         raise ApprovalError(f"run {run.run_id!r}: the edited plan is not valid: {exc}") from exc
     return validated.to_dict()

@@ -10,7 +10,8 @@ take: the capability's timeout (or ``tool_timeout_s``), cut to what remains of t
 deadline. The transport classifies whatever comes back into data or a
 :class:`~orchestration.protocol.StepError`; nothing raises past this stage but
 cancellation, and a :class:`~orchestration._transport.CallTrace` says how far a
-cancelled call got.
+cancelled call got. A run's per-run credentials for the capability's tool are handed to
+the transport here and to nothing else (see :mod:`orchestration.credentials`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from executors._resend import idempotency_key
 from executors.recovery import StepState
 from orchestration._transport import CallResult, CallTrace
+from orchestration.credentials import MISSING
 from orchestration.result import Layer
 
 __all__ = ["idempotency_key", "send"]
@@ -41,6 +43,11 @@ async def send(
     """One call of the step's capability with ``params`` (and the idempotency ``key``),
     observed as a ``tool_call``."""
     cap, services = state.capability, state.services
+    credentials = services.credentials
+    carried = credentials.for_capability(cap) if credentials else None
+    if carried is MISSING:  # given to the run once, not to this execution: never fall
+        assert credentials is not None  # back on the catalog's own credentials
+        return CallResult(error=credentials.missing_error(cap))
     refused = services.budget.admit_tool_call(cap)
     if refused is not None:
         return CallResult(error=refused)
@@ -59,7 +66,13 @@ async def send(
                 result = CallResult(error=refused)
                 call.answered(result)
                 return result
+        # the run's credentials go to the transport alone, after the call was observed
+        # (``headers`` is what the observation saw): nothing that records ever holds them
+        extra = {"credentials": carried} if isinstance(carried, dict) else {}
         result = await services.transport.call(cap, params, timeout_s=timeout, headers=headers,
-                                               trace=trace)
+                                               trace=trace, **extra)
+        if extra:
+            assert credentials is not None
+            result = credentials.scrub(result)  # a tool that echoed one back
         call.answered(result)
     return result

@@ -34,7 +34,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Awaitable, Callable
+from collections import ChainMap
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -102,7 +103,10 @@ class StepRunner:
         self._stopped: dict[str, StepResult] = {}  # steps their run's cancellation stopped
         # the run's outputs dict (filled in place as steps finish): read here once, not
         # through the model's private-attribute lookup at every bind
-        self._outputs = run.outputs
+        # (with a session, the earlier runs' outputs behind them: ``run:N.step``)
+        earlier = services.earlier_outputs
+        self._outputs: Mapping[str, Any] = (ChainMap(run.outputs, earlier) if earlier
+                                            else run.outputs)
 
     async def run_step(self, step_id: str) -> StepResult:
         """Run ``step_id`` to its end; a failure is a failed result, never an exception."""
@@ -333,7 +337,8 @@ class StepRunner:
                 return self._record(state, decision, "not_sent", refused, prepared,
                                     provenance=provenance), None
             reason = approval_reason(state.capability.requires_approval, prepared.params,
-                                     self.resume.approved.get(state.step.id))
+                                     self.resume.approved.get(state.step.id),
+                                     self.run.context)
             if reason is not None:
                 raise AwaitApproval(prepared.params, reason)
             blocked = self._blocked(state, prepared)

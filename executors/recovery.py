@@ -14,6 +14,7 @@ into span events and metrics) and never touches telemetry itself.
 
 from __future__ import annotations
 
+from collections import ChainMap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -140,12 +141,26 @@ class StepState:
             last.note = f"{last.note}; {text}" if last.note else text
 
     def dependency_outputs(self) -> dict[str, Any]:
-        """Outputs of the steps this one depends on, direct and transitive."""
+        """Outputs of the steps this one depends on, direct and transitive, and of the
+        earlier runs' steps it refers to (``run:N.step``: a session's follow-up)."""
         # ancestors() rather than the plan's own order: a repair plan's steps depend on
         # steps completed in an earlier round, which are not part of its order
         outputs = self.run.outputs
-        return {sid: outputs[sid] for sid in sorted(self.plan.ancestors(self.step.id))
-                if sid in outputs}
+        found = {sid: outputs[sid] for sid in sorted(self.plan.ancestors(self.step.id))
+                 if sid in outputs}
+        earlier = self.services.earlier_outputs
+        if earlier:
+            for _, ref in self.step.references():
+                if ref.earlier and ref.step_id in earlier:
+                    found[ref.step_id] = earlier[ref.step_id]
+        return found
+
+    @property
+    def outputs(self) -> Mapping[str, Any]:
+        """What a reference of this step binds to: the run's outputs, and the session's
+        earlier outputs (``run:N.step``) when the run has a session."""
+        earlier = self.services.earlier_outputs
+        return ChainMap(self.run.outputs, earlier) if earlier else self.run.outputs
 
     @property
     def is_independent(self) -> bool:

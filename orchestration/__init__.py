@@ -8,12 +8,14 @@ public names in ``__all__`` (tests/test_public_api.py pins them).
 from orchestration._version import __version__
 from orchestration.catalog import Capability, Catalog
 from orchestration.config import OrchestratorConfig
+from orchestration.context import RunContext
 from orchestration.errors import (
     ApprovalError,
     BackendUnavailable,
     CatalogError,
     ConfigError,
     ConfigWarning,
+    CredentialsRequired,
     DagwrightError,
     InvalidInput,
     LeaseLost,
@@ -51,11 +53,13 @@ from orchestration.result import (
     Attempt,
     BudgetExceeded,
     PendingApproval,
+    RunLimits,
     RunResult,
     RunUsage,
     StepResult,
 )
 from orchestration.retry_policy import RetryPolicy
+from orchestration.sessions import Session
 from orchestration.state import RunState
 
 __all__ = [
@@ -70,6 +74,7 @@ __all__ = [
     "CatalogError",
     "ConfigError",
     "ConfigWarning",
+    "CredentialsRequired",
     "DagwrightError",
     "ErrorCategory",
     "ErrorSource",
@@ -91,14 +96,17 @@ __all__ = [
     "PlanningError",
     "RetryExhausted",
     "RetryPolicy",
+    "RunContext",
     "RunEvent",
     "RunHandle",
     "RunLeased",
+    "RunLimits",
     "RunNotFound",
     "RunResult",
     "RunState",
     "RunUsage",
     "ScriptedLLM",
+    "Session",
     "Step",
     "StepError",
     "StepFailed",

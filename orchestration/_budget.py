@@ -24,7 +24,7 @@ the run), so a resumed run keeps the budget it has spent.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import ConfigError, LLMBudgetExceeded
@@ -49,15 +49,36 @@ def check_prices(config: OrchestratorConfig, model: str | None) -> None:
         f"{model or '(unknown)'!r} (priced: {known}); add it, or a \"*\" entry for any model")
 
 
+def _limit(own: Any, configured: Any, name: str, setting: str) -> tuple[Any, str]:
+    """The limit a run works under and what its refusal names: the run's own, else the
+    configured one."""
+    if own is not None:
+        return own, f"{name} of the run's limits"
+    return configured, setting
+
+
 class RunBudget:
     """The budgets of one run: asked before each LLM and tool call, told after each LLM
-    call. Lives in the run's services; its counts live in the run's state."""
+    call. Lives in the run's services; its counts live in the run's state.
+
+    A run's own limits (``RunState.limits``: a tenant's, given with ``limits=``) replace
+    the configured ones, each limit on its own; the refusal then names them."""
 
     def __init__(self, run: RunState, config: OrchestratorConfig, observer: Observer) -> None:
         self.run = run
         self.config = config
         self.observer = observer
         self.llm_calls_made = run.usage.llm_calls
+        own = run.limits or None
+        self.max_llm_calls, self._calls_setting = _limit(
+            own and own.max_llm_calls_per_run, config.max_llm_calls_per_run,
+            "max_llm_calls_per_run", "ORCH_MAX_LLM_CALLS_PER_RUN")
+        self.max_tokens, self._tokens_setting = _limit(
+            own and own.max_tokens_per_run, config.max_tokens_per_run,
+            "max_tokens_per_run", "ORCH_MAX_TOKENS_PER_RUN")
+        self.max_cost, self._cost_setting = _limit(
+            own and own.max_cost_per_run, config.max_cost_per_run,
+            "max_cost_per_run", "ORCH_MAX_COST_PER_RUN")
 
     @property
     def exceeded(self) -> BudgetExceeded | None:
@@ -73,7 +94,7 @@ class RunBudget:
     def remaining_llm_calls(self) -> int:
         if self.run.budget_exceeded is not None:
             return 0
-        return max(0, self.config.max_llm_calls_per_run - self.llm_calls_made)
+        return max(0, self.max_llm_calls - self.llm_calls_made)
 
     def _trip(self, report: BudgetExceeded) -> BudgetExceeded:
         """Record the first budget that stopped the run (later refusals cite it)."""
@@ -85,22 +106,21 @@ class RunBudget:
     # --- LLM calls ----------------------------------------------------------------------
     def before_llm_call(self) -> None:
         """Count one LLM call, or raise :class:`LLMBudgetExceeded` when a budget refuses it."""
-        config, usage = self.config, self.run.usage
+        usage = self.run.usage
         report = self.run.budget_exceeded
         if report is None:
-            if self.llm_calls_made >= config.max_llm_calls_per_run:
+            if self.llm_calls_made >= self.max_llm_calls:
                 report = self._trip(BudgetExceeded(
-                    budget="llm_calls", limit=config.max_llm_calls_per_run,
-                    used=self.llm_calls_made, setting="ORCH_MAX_LLM_CALLS_PER_RUN"))
-            elif config.max_tokens_per_run is not None and usage.tokens >= config.max_tokens_per_run:
+                    budget="llm_calls", limit=self.max_llm_calls,
+                    used=self.llm_calls_made, setting=self._calls_setting))
+            elif self.max_tokens is not None and usage.tokens >= self.max_tokens:
                 report = self._trip(BudgetExceeded(
-                    budget="tokens", limit=config.max_tokens_per_run, used=usage.tokens,
-                    setting="ORCH_MAX_TOKENS_PER_RUN"))
-            elif (config.max_cost_per_run is not None
-                  and (usage.cost or 0.0) >= config.max_cost_per_run):
+                    budget="tokens", limit=self.max_tokens, used=usage.tokens,
+                    setting=self._tokens_setting))
+            elif self.max_cost is not None and (usage.cost or 0.0) >= self.max_cost:
                 report = self._trip(BudgetExceeded(
-                    budget="cost", limit=config.max_cost_per_run, used=round(usage.cost or 0, 6),
-                    setting="ORCH_MAX_COST_PER_RUN"))
+                    budget="cost", limit=self.max_cost, used=round(usage.cost or 0, 6),
+                    setting=self._cost_setting))
         if report is not None:
             reason = (None if report.budget == "llm_calls"
                       else f"no further LLM call: {report.describe()}")

@@ -249,7 +249,8 @@ class RunEngine:
         if run.plan is not None:  # a resumed run keeps its plan, repair steps included
             model = Plan.model_validate(run.plan)
             return validate_plan(model, services.catalog,
-                                 max_steps=max(self.config.max_plan_steps, len(model.steps)))
+                                 max_steps=max(self.config.max_plan_steps, len(model.steps)),
+                                 earlier=services.earlier_outputs)
         if plan is None:
             return await self.planner.plan(run, services, listener=early)
         try:
@@ -260,7 +261,8 @@ class RunEngine:
                       "capability, params, depends_on}]}): "
                       + describe_validation_error(exc, root="plan"))]) from None
         return validate_plan(model, services.catalog, max_steps=self.config.max_plan_steps,
-                             max_depth=self.config.max_json_depth)
+                             max_depth=self.config.max_json_depth,
+                             earlier=services.earlier_outputs)
 
     def call_inspector(self, layers: LayerSettings) -> CallInspector:
         """What the planner compares calls with (``RunServices.calls``): parameters bound

@@ -94,7 +94,7 @@ class EventSink:
         """
         run = self.run
         run.event_seq += 1
-        record = SaveEvent(run.run_id, run.event_seq, type, self.clock.time(), data)
+        record = SaveEvent(run.run_id, run.event_seq, type, self.clock.time(), data, run.context)
         if self.recorder is not None:
             self.recorder.save_event(record)
         self._history.append(record)

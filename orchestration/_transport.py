@@ -178,10 +178,13 @@ class ToolTransport:
         timeout_s: float,
         headers: dict[str, str] | None = None,
         trace: CallTrace | None = None,
+        credentials: dict[str, str] | None = None,
     ) -> CallResult:
         """Call ``capability`` once with ``params``; never raises except on cancellation.
 
         ``trace`` (optional) is updated as the call progresses (see :class:`CallTrace`).
+        ``credentials`` are the run's own headers for this tool: they replace the
+        catalog's (an HTTP tool's headers, a source's credentials) for this call only.
         """
         started = time.perf_counter()
         trace = trace if trace is not None else CallTrace()
@@ -189,23 +192,36 @@ class ToolTransport:
             # the source sends it: once past the gate, assume it may reach the tool
             refused = await trace.pass_gate()
             result = (CallResult(error=refused) if refused is not None else
-                      await self._call_invoker(capability, params, timeout_s, headers or {}))
+                      await self._call_invoker(capability, params, timeout_s, headers or {},
+                                               credentials))
         elif capability.function is not None:
             result = await self._call_function(capability, params, timeout_s, trace)
         else:
-            result = await self._call_http(capability, params, timeout_s, headers or {}, trace)
+            sent = headers or {}
+            if credentials:
+                sent = {**_without(capability.headers, credentials), **sent, **credentials}
+            result = await self._call_http(capability, params, timeout_s, sent, trace,
+                                           own_headers=not credentials)
         result.latency_s = time.perf_counter() - started
         return result
 
     async def _call_invoker(
         self, capability: Capability, params: dict[str, Any], timeout_s: float,
-        headers: dict[str, str],
+        headers: dict[str, str], credentials: dict[str, str] | None = None,
     ) -> CallResult:
         """A source's own call (MCP, OpenAPI); it classifies its failures itself, and
-        anything it lets escape is reported rather than raised."""
-        assert capability.invoker is not None
+        anything it lets escape is reported rather than raised. A source that takes
+        per-run credentials (``accepts_credentials``) gets them apart from the trace
+        headers, to put in place of its own."""
+        invoker = capability.invoker
+        assert invoker is not None
         try:
-            return await capability.invoker.call(params, timeout_s=timeout_s, headers=headers)
+            if credentials:
+                if getattr(invoker, "accepts_credentials", False):
+                    return await invoker.call(params, timeout_s=timeout_s, headers=headers,
+                                              credentials=credentials)  # type: ignore[call-arg]
+                headers = {**headers, **credentials}
+            return await invoker.call(params, timeout_s=timeout_s, headers=headers)
         except Exception as exc:
             return CallResult(
                 error=StepError(
@@ -338,10 +354,12 @@ class ToolTransport:
         timeout_s: float,
         extra_headers: dict[str, str],
         trace: CallTrace,
+        *,
+        own_headers: bool = True,
     ) -> CallResult:
         assert capability.url is not None
         url = capability.url
-        headers = {**capability.headers, **extra_headers}
+        headers = {**capability.headers, **extra_headers} if own_headers else extra_headers
         if "@" in url and any(name.lower() == "authorization" for name in headers):
             # the configured Authorization header wins: httpx would replace it with Basic
             # auth built from the URL's user:password (docs/tools.md)
@@ -429,6 +447,12 @@ class ToolTransport:
         return b"".join(chunks)
 
 
+
+
+def _without(headers: dict[str, str], replaced: dict[str, str]) -> dict[str, str]:
+    """``headers`` less those ``replaced`` names (case-insensitively: one header sent)."""
+    names = {name.lower() for name in replaced}
+    return {k: v for k, v in headers.items() if k.lower() not in names}
 
 
 def _too_large(limit: int, status: int | None) -> StepError:

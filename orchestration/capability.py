@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestration import _schema
+from orchestration.context import ApprovalCondition
 from orchestration.errors import CatalogError
 from orchestration.redaction import DEFAULT_REDACTOR
 
@@ -69,7 +70,9 @@ class Capability(BaseModel):
     function: Callable[..., Any] | None = Field(default=None, exclude=True, repr=False)
     invoker: Invoker | None = Field(default=None, exclude=True, repr=False)
     source: str = ""
-    requires_approval: bool = False
+    requires_approval: bool | ApprovalCondition = False
+    """True: every call waits for a person; an :class:`ApprovalCondition`: the calls it
+    names, by the run's context and the call's parameters."""
     run_in_thread: bool = False
     examples: list[dict[str, Any]] = Field(default_factory=list)
     retry: dict[str, Any] = Field(

@@ -39,6 +39,7 @@ from orchestration.capability import (
     check_schema,
     schema_problems,
 )
+from orchestration.context import ApprovalCondition
 from orchestration.errors import CatalogError, ConfigError
 from orchestration.layer_settings import check_layer_overrides
 from orchestration.retry_policy import check_overrides
@@ -232,7 +233,7 @@ class Catalog:
         timeout_s: float | None = None,
         run_in_thread: bool = False,
         examples: list[dict[str, Any]] | None = None,
-        requires_approval: bool = False,
+        requires_approval: bool | ApprovalCondition = False,
     ) -> Capability:
         """Register an in-process tool. ``fn`` is called with the parameters as keywords.
 
@@ -495,7 +496,7 @@ class Catalog:
         timeout_s: float | None = None,
         run_in_thread: bool = False,
         examples: list[dict[str, Any]] | None = None,
-        requires_approval: bool = False,
+        requires_approval: bool | ApprovalCondition = False,
     ) -> Any:
         """Decorator registering a Python function as capability ``name`` (``"calc.add"``).
 

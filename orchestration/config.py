@@ -286,6 +286,22 @@ class OrchestratorConfig(BaseSettings):
     serve_max_body_bytes: int = Field(
         1_048_576, ge=1024, description="Largest request body `dagwright serve` reads "
         "(413 past it).")
+    serve_tokens: SecretStr | None = Field(
+        None, description="Tenants of `dagwright serve`: a file, or a JSON object, mapping "
+        "the SHA-256 (hex) of each bearer token to its tenant — \"acme\" or {\"tenant\": "
+        "\"acme\", \"max_runs\": 4, \"max_llm_calls_per_run\": 20, \"max_tokens_per_run\": "
+        "..., \"max_cost_per_run\": ...}. A tenant sees and acts on its own runs only "
+        "(docs/context.md). Replaces ORCH_SERVE_TOKEN.")
+
+    # --- sessions --------------------------------------------------------------------
+    session_history_runs: int = Field(
+        10, ge=1, le=1000, description="Earlier runs of a session a later run's planner is "
+        "shown and may reference ({{run:N.step.path}}): the newest this many.")
+    session_history_chars: int = Field(
+        6000, ge=500, description="Budget of the session history in a planner prompt "
+        "(characters): earlier queries and answers, newest first, then the step outputs "
+        "most relevant to the new query; the rest is listed by name or counted "
+        "(docs/context.md).")
     # --- backend: this process, or Temporal (the temporal extra) -----
     backend: Literal["local", "temporal"] = Field(
         "local", description="Where runs execute: local = in this process; temporal = as "

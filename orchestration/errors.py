@@ -14,6 +14,8 @@ nothing is lost when it crosses an API boundary::
     │   │   └── RunLeased              another process is executing that run right now
     │   │       └── LeaseLost          ... and took it over from this one, which stopped
     │   │                              before sending anything more
+    │   ├── CredentialsRequired        a resumed run needs the per-run credentials it was
+    │   │                              started with (``names``); resume it with them
     │   ├── RunNotFound                no run with that id in the store
     │   ├── ApprovalError              a decision for a step that is not pending, a run that
     │   │                              is not waiting, or edited parameters that are invalid
@@ -53,6 +55,7 @@ __all__ = [
     "CatalogError",
     "ConfigError",
     "ConfigWarning",
+    "CredentialsRequired",
     "DagwrightError",
     "InvalidInput",
     "LLMBudgetExceeded",
@@ -133,6 +136,23 @@ class LeaseLost(RunLeased):
 
 class InvalidInput(DagwrightError, ValueError):
     """An argument of a call (the query, a run id) cannot be used; nothing was recorded."""
+
+
+class CredentialsRequired(DagwrightError):
+    """A run was started with per-run credentials for ``names``, still has calls for
+    those tools, and this resume was not given them (they are never stored): resume it
+    with ``resume(run_id, credentials={name: {header: value}})``. Nothing was sent."""
+
+    def __init__(self, run_id: str, names: list[str]) -> None:
+        self.run_id = run_id
+        self.names = list(names)
+        shown = ", ".join(repr(n) for n in self.names)
+        super().__init__(
+            f"run {run_id!r} was started with per-run credentials for {shown}, which are "
+            "never stored, and still has calls for them: resume it with "
+            f"resume({run_id!r}, credentials={{{self.names[0]!r}: {{...}}}}) "
+            "(over HTTP: POST /v1/runs/<id>/resume with a \"credentials\" field). "
+            "Nothing was sent.")
 
 
 class RunNotFound(DagwrightError, LookupError):

@@ -46,3 +46,6 @@ class RunEvent(BaseModel):
     type: EventType
     at: float
     data: dict[str, Any] = Field(default_factory=dict)
+    context: dict[str, Any] | None = None
+    """The run's context (who it is for), on every event of the run; stored once with
+    the run, not with each event."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 from opentelemetry.metrics import MeterProvider
@@ -29,7 +29,13 @@ from orchestration._engine import RunEngine, run_status
 from orchestration._events import EventCallback
 from orchestration._facade.cancellation import cancel
 from orchestration._facade.history import RunHistory
-from orchestration._facade.inputs import RUN_ID_PATTERN, check_query, check_run_id
+from orchestration._facade.inputs import (
+    RUN_ID_PATTERN,
+    RunInputs,
+    check_inputs,
+    check_query,
+    check_run_id,
+)
 from orchestration._facade.local_runs import LocalRuns
 from orchestration._facade.loop_resources import TransportLayer, TransportPool, run_on_new_loop
 from orchestration._facade.resume import resume
@@ -38,6 +44,8 @@ from orchestration._facade.temporal import TemporalBackend, llm_for
 from orchestration.catalog import Catalog
 from orchestration.clock import Clock
 from orchestration.config import OrchestratorConfig
+from orchestration.context import RunContext
+from orchestration.credentials import Credentials
 from orchestration.debug_store import LLMDebugStore
 from orchestration.errors import ConfigError, DagwrightError
 from orchestration.events import RunEvent
@@ -46,7 +54,8 @@ from orchestration.layer_settings import LayerSettings
 from orchestration.llm.base import LLMClient
 from orchestration.plan import Plan, ValidatedPlan
 from orchestration.redaction import Redactor
-from orchestration.result import Approval, RunResult
+from orchestration.result import Approval, RunLimits, RunResult
+from orchestration.sessions import Session
 from orchestration.store import RunStore, RunSummary, open_store
 from orchestration.telemetry import Telemetry
 from orchestration.telemetry._observer import Observer
@@ -55,6 +64,8 @@ from planners.planner import Planner
 __all__ = ["RUN_ID_PATTERN", "Orchestrator", "run_status"]
 
 T = TypeVar("T")
+ContextArg = RunContext | Mapping[str, Any] | None
+LimitsArg = RunLimits | Mapping[str, Any] | None
 
 class Orchestrator:
     """Plans a query into a DAG of tool calls, runs it with the defense layers, answers.
@@ -137,10 +148,15 @@ class Orchestrator:
         plan: Plan | dict[str, Any] | None = None,
         run_id: str | None = None,
         on_event: EventCallback | None = None,
+        context: ContextArg = None,
+        credentials: Credentials | None = None,
+        session_id: str | None = None,
+        limits: LimitsArg = None,
     ) -> RunResult:
         """Synchronous :meth:`arun` for code without an event loop."""
-        return self._sync("run", lambda: self.arun(query, plan=plan, run_id=run_id,
-                                                   on_event=on_event))
+        return self._sync("run", lambda: self.arun(
+            query, plan=plan, run_id=run_id, on_event=on_event, context=context,
+            credentials=credentials, session_id=session_id, limits=limits))
 
     def resume(
         self,
@@ -148,18 +164,26 @@ class Orchestrator:
         *,
         approvals: dict[str, Approval] | None = None,
         on_event: EventCallback | None = None,
+        credentials: Credentials | None = None,
     ) -> RunResult:
         """Synchronous :meth:`aresume`."""
-        return self._sync("resume", lambda: self.aresume(run_id, approvals=approvals,
-                                                         on_event=on_event))
+        return self._sync("resume", lambda: self.aresume(
+            run_id, approvals=approvals, on_event=on_event, credentials=credentials))
 
     def get_run(self, run_id: str) -> RunResult | None:
         """Synchronous :meth:`aget_run`."""
         return self._sync("get_run", lambda: self.aget_run(run_id))
 
-    def list_runs(self, status: str | None = None, limit: int = 50) -> list[RunSummary]:
+    def list_runs(self, status: str | None = None, limit: int = 50, *,
+                  tenant: str | None = None, user: str | None = None,
+                  session_id: str | None = None) -> list[RunSummary]:
         """Synchronous :meth:`alist_runs`."""
-        return self._sync("list_runs", lambda: self.alist_runs(status, limit))
+        return self._sync("list_runs", lambda: self.alist_runs(
+            status, limit, tenant=tenant, user=user, session_id=session_id))
+
+    def get_session(self, session_id: str, *, tenant: str | None = None) -> Session | None:
+        """Synchronous :meth:`aget_session`."""
+        return self._sync("get_session", lambda: self.aget_session(session_id, tenant=tenant))
 
     def get_events(self, run_id: str, *, after: int = 0) -> list[RunEvent]:
         """Synchronous :meth:`aget_events`."""
@@ -185,6 +209,10 @@ class Orchestrator:
         plan: Plan | dict[str, Any] | None = None,
         run_id: str | None = None,
         on_event: EventCallback | None = None,
+        context: ContextArg = None,
+        credentials: Credentials | None = None,
+        session_id: str | None = None,
+        limits: LimitsArg = None,
     ) -> RunResult:
         """Plan ``query`` (or use the given ``plan``), execute it, synthesise the answer.
 
@@ -194,17 +222,36 @@ class Orchestrator:
         :class:`~orchestration.events.RunEvent` in order (sync or async; one that raises
         is logged once and gets no more events, the run goes on).
 
+        Runs in context (docs/context.md): ``context`` says who the run is for (a
+        mapping or a :class:`~orchestration.context.RunContext`: ``tenant``, ``user``,
+        anything flat) — stored, filterable, on every span and event, read by
+        ``requires_approval`` conditions; ``credentials`` maps tool or source names to
+        headers sent in place of the catalog's, for this run only, and never recorded
+        (local backend only); ``session_id`` makes the run a follow-up of the session's
+        earlier runs, whose outputs its plan may use (``{{run:N.step.path}}``);
+        ``limits`` (a :class:`~orchestration.result.RunLimits`) replace the configured
+        budgets for this run. An input that cannot be used raises :class:`InvalidInput`
+        before anything is recorded.
+
         Raises :class:`StoreError` when the store cannot record the run (before anything
         is sent) or lost a write on the way (the error carries the result),
         :class:`RunLeased` when another process is running it.
         """
         check_query(query)
+        self._temporal.refuse_credentials(credentials)
+        inputs = self._inputs(context, credentials, session_id, limits)
         if self._temporal.enabled:
             if run_id is not None:
                 check_run_id(run_id)
             return await self._temporal.runs().run(query, plan=plan, run_id=run_id,
-                                                   on_event=on_event)
-        return await self._local.start_new(query, plan=plan, run_id=run_id, on_event=on_event)
+                                                   on_event=on_event, inputs=inputs)
+        return await self._local.start_new(query, plan=plan, run_id=run_id, on_event=on_event,
+                                           inputs=inputs)
+
+    def _inputs(self, context: ContextArg, credentials: Credentials | None,
+                session_id: str | None, limits: LimitsArg) -> RunInputs:
+        return check_inputs(self.catalog, context=context, credentials=credentials,
+                            session_id=session_id, limits=limits)
 
     async def astart(
         self,
@@ -213,9 +260,14 @@ class Orchestrator:
         plan: Plan | dict[str, Any] | None = None,
         run_id: str | None = None,
         on_event: EventCallback | None = None,
+        context: ContextArg = None,
+        credentials: Credentials | None = None,
+        session_id: str | None = None,
+        limits: LimitsArg = None,
     ) -> RunHandle:
         """Start :meth:`arun` in the background; return once the run is recorded and held
-        by this process (so :meth:`aget_run` finds it), while it goes on.
+        by this process (so :meth:`aget_run` finds it), while it goes on. ``context``,
+        ``credentials``, ``session_id`` and ``limits`` as for :meth:`arun`.
 
         Everything :meth:`arun` would raise before executing is raised here:
         :class:`RunLeased` for a run id another call or process is executing (one run
@@ -225,8 +277,11 @@ class Orchestrator:
         ``cancelled``) or :meth:`RunHandle.interrupt` (it stays resumable).
         """
         self._temporal.refuse("astart")
+        check_query(query)
+        inputs = self._inputs(context, credentials, session_id, limits)
         return await self._local.start_in_background(lambda started: self._local.start_new(
-            query, plan=plan, run_id=run_id, on_event=on_event, started=started))
+            query, plan=plan, run_id=run_id, on_event=on_event, started=started,
+            inputs=inputs))
 
     async def astart_resume(
         self,
@@ -234,6 +289,7 @@ class Orchestrator:
         *,
         approvals: dict[str, Approval] | None = None,
         on_event: EventCallback | None = None,
+        credentials: Credentials | None = None,
     ) -> RunHandle:
         """Start :meth:`aresume` in the background; return once the decisions are applied
         and the run is held by this process.
@@ -242,9 +298,10 @@ class Orchestrator:
         :class:`ApprovalError`, :class:`RunLeased`); a run with nothing to do (finished,
         or still waiting) gives a handle that is already done."""
         self._temporal.refuse("astart_resume")
+        given = self._inputs(None, credentials, None, None).credentials
         return await self._local.start_in_background(lambda started: resume(
             self, self._local, run_id, approvals=approvals, on_event=on_event,
-            started=started))
+            started=started, credentials=given))
 
     async def astream(
         self,
@@ -252,6 +309,10 @@ class Orchestrator:
         *,
         plan: Plan | dict[str, Any] | None = None,
         run_id: str | None = None,
+        context: ContextArg = None,
+        credentials: Credentials | None = None,
+        session_id: str | None = None,
+        limits: LimitsArg = None,
     ) -> AsyncIterator[RunEvent]:
         """Run ``query`` and yield its events as they happen, ``run_finished`` last.
 
@@ -259,7 +320,9 @@ class Orchestrator:
         """
         queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
         task = asyncio.get_running_loop().create_task(
-            self.arun(query, plan=plan, run_id=run_id, on_event=queue.put_nowait))
+            self.arun(query, plan=plan, run_id=run_id, on_event=queue.put_nowait,
+                      context=context, credentials=credentials, session_id=session_id,
+                      limits=limits))
         task.add_done_callback(lambda _: queue.put_nowait(None))
         try:
             while (event := await queue.get()) is not None:
@@ -277,6 +340,7 @@ class Orchestrator:
         *,
         approvals: dict[str, Approval] | None = None,
         on_event: EventCallback | None = None,
+        credentials: Credentials | None = None,
     ) -> RunResult:
         """Continue a run whose process stopped, or that waits for approvals.
 
@@ -295,13 +359,20 @@ class Orchestrator:
         change nothing. Pending approvals older than ``ORCH_APPROVAL_TIMEOUT_S`` are
         rejected as expired first.
 
+        **Per-run credentials** are never stored: a run started with ``credentials=``
+        that still has calls for those tools needs them again here, or raises
+        :class:`CredentialsRequired` (naming them) before anything changes.
+
         A finished run is returned as it is. Raises :class:`RunNotFound` for an unknown
         id and :class:`RunLeased` while another live process is executing the run.
         """
+        self._temporal.refuse_credentials(credentials)
+        given = self._inputs(None, credentials, None, None)
         if self._temporal.enabled:
             return await self._temporal.runs().resume(run_id, approvals=approvals,
                                                       on_event=on_event)
-        return await resume(self, self._local, run_id, approvals=approvals, on_event=on_event)
+        return await resume(self, self._local, run_id, approvals=approvals, on_event=on_event,
+                            credentials=given.credentials)
 
     async def plan(self, query: str) -> ValidatedPlan:
         """Plan without executing (what ``dagwright plan`` shows); nothing is recorded."""
@@ -341,9 +412,20 @@ class Orchestrator:
         run as its workflow has it (live), else as the store has it."""
         return await self._history.get_run(run_id)
 
-    async def alist_runs(self, status: str | None = None, limit: int = 50) -> list[RunSummary]:
-        """Recent runs, newest first: id, query, status, start/end, step counts."""
-        return await self._history.list_runs(status, limit)
+    async def alist_runs(self, status: str | None = None, limit: int = 50, *,
+                         tenant: str | None = None, user: str | None = None,
+                         session_id: str | None = None) -> list[RunSummary]:
+        """Recent runs, newest first: id, query, status, start/end, step counts, context
+        and session. ``tenant`` and ``user`` keep the runs whose context names them;
+        ``session_id`` a session's runs (newest first)."""
+        return await self._history.list_runs(status, limit, tenant=tenant, user=user,
+                                             session_id=session_id)
+
+    async def aget_session(self, session_id: str, *,
+                           tenant: str | None = None) -> Session | None:
+        """The session ``session_id`` of ``tenant`` (sessions of different tenants are
+        apart) with its runs, newest first; None when it has no run."""
+        return await self._local.sessions.get(session_id, tenant)
 
     async def aget_events(self, run_id: str, *, after: int = 0) -> list[RunEvent]:
         """The stored events of a run with ``seq > after``, in order (a late reader

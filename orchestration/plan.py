@@ -5,6 +5,11 @@ A parameter value may refer to an upstream step's output with ``{{step_id.path}}
 depend on the step it names; ``depends_on`` adds pure ordering. A value that is exactly
 one reference keeps the JSON type of what it points at; a reference inside a longer
 string is interpolated as text.
+
+In a session, ``{{run:N.step_id.path}}`` refers to step ``step_id`` of the session's
+run ``N`` (see :mod:`orchestration.sessions`): its ``step_id`` is the key
+``run:N.step_id`` of that earlier output, checked against the outputs the run may use
+(``earlier``), and it makes no edge — the earlier run has finished.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from orchestration.errors import CatalogError, ConfigError, PlanIssue, PlanValid
 from orchestration.retry_policy import check_overrides
 
 __all__ = [
+    "EARLIER_RUN_PREFIX",
     "REFERENCE_RE",
     "STEP_ID_PATTERN",
     "ParsedText",
@@ -46,7 +52,10 @@ MAX_INDEX_DIGITS = 9
 anyone has, and turning thousands of digits into an int is refused by Python itself."""
 _INDEX = "[0-9]{1," + str(MAX_INDEX_DIGITS) + "}"
 _SEGMENT = r"(?:\.[A-Za-z0-9_-]+|\[" + _INDEX + r"\])"
-REFERENCE_RE = re.compile(r"\{\{\s*(" + STEP_ID_PATTERN + r")(" + _SEGMENT + r"*)\s*\}\}")
+EARLIER_RUN_PREFIX = r"run:[0-9]{1,6}\."
+"""What names a step of an earlier run of the session: ``run:2.`` before the step id."""
+REFERENCE_RE = re.compile(r"\{\{\s*((?:" + EARLIER_RUN_PREFIX + r")?" + STEP_ID_PATTERN + r")("
+                          + _SEGMENT + r"*)\s*\}\}")
 _WHOLE_REFERENCE_RE = re.compile(r"^\s*" + REFERENCE_RE.pattern + r"\s*$")
 _PATH_PART_RE = re.compile(r"\.([A-Za-z0-9_-]+)|\[(" + _INDEX + r")\]")
 _ANY_BRACES_RE = re.compile(r"\{\{(.*?)\}\}")
@@ -60,6 +69,11 @@ class Reference:
     step_id: str
     path: tuple[str | int, ...]
     text: str
+
+    @property
+    def earlier(self) -> bool:
+        """It names an earlier run's output (``run:N.step``), not a step of this plan."""
+        return self.step_id.startswith("run:")
 
     @property
     def dotted(self) -> str:
@@ -160,7 +174,8 @@ class Step(BaseModel):
 
     def dependencies(self) -> set[str]:
         """Steps this one waits for: explicit ``depends_on`` plus every step it references."""
-        return set(self.depends_on) | {ref.step_id for _, ref in self.references()}
+        return set(self.depends_on) | {ref.step_id for _, ref in self.references()
+                                       if not ref.earlier}
 
 
 class Plan(BaseModel):
@@ -292,7 +307,7 @@ def _reference_texts(value: Any, path: str, out: list[tuple[str, str]]) -> None:
 def step_issues(
     step: Step, ids: Container[str], catalog: Catalog, issues: list[PlanIssue], *,
     max_depth: int = DEFAULT_MAX_DEPTH, parsed: dict[str, ParsedText] | None = None,
-    check_encoding: bool = True,
+    check_encoding: bool = True, earlier: Container[str] = (),
 ) -> list[str]:
     """The checks of one step given the ids of its plan's steps (``ids``): every issue is
     added to ``issues``; returns the steps it depends on that exist (its edges, references
@@ -303,7 +318,8 @@ def step_issues(
     ``parsed`` collects the reference strings parsed on the way (shared across a plan, so
     a string repeated in many steps is parsed once and binding reuses it);
     ``check_encoding=False`` skips the per-step encoder pass when the caller has already
-    proved the whole plan encodable in one.
+    proved the whole plan encodable in one. ``earlier``: the ``run:N.step`` keys of the
+    session's earlier outputs a reference may name.
     """
     upstream: list[str] = []
     if not catalog.has(step.tool, step.capability):
@@ -328,7 +344,10 @@ def step_issues(
             found = parsed[text] = ParsedText(text)
         refs = (found.whole,) if found.whole is not None else _references_in(text)
         for ref in refs:
-            if ref.step_id == step.id:
+            if ref.earlier:
+                if ref.step_id not in earlier:
+                    issues.append(PlanIssue(step.id, _unknown_earlier(path, ref, earlier)))
+            elif ref.step_id == step.id:
                 issues.append(PlanIssue(step.id, f"param {path} refers to its own step"))
             elif ref.step_id not in ids:
                 issues.append(
@@ -351,15 +370,25 @@ def step_issues(
     return upstream
 
 
+def _unknown_earlier(path: str, ref: Reference, earlier: Container[str]) -> str:
+    known = sorted(k for k in earlier if isinstance(k, str)) if isinstance(
+        earlier, Iterable) else []
+    listed = f" (known: {', '.join(known[:20])})" if known else " (this run has none)"
+    return (f"param {path} refers to {ref.step_id!r}, which is not an output of an earlier "
+            f"run of this session{listed}")
+
+
 def validate_plan(
     plan: Plan, catalog: Catalog, *, max_steps: int = 1000, max_depth: int = DEFAULT_MAX_DEPTH,
+    earlier: Container[str] = (),
 ) -> ValidatedPlan:
     """Check a plan against the catalog and build its DAG; raise with *every* issue found.
 
     Checks: non-empty and within ``max_steps``, unique ids, known tool/capability,
     parameters JSON can carry (finite numbers, valid text, at most ``max_depth`` levels),
     well-formed references to existing steps (not to itself), ``depends_on`` naming
-    existing steps, and no cycle (the error names the cycle).
+    existing steps, and no cycle (the error names the cycle); a ``{{run:N.step}}``
+    reference must name one of ``earlier`` (the session's earlier outputs).
     """
     issues: list[PlanIssue] = []
     steps = plan.steps
@@ -383,7 +412,7 @@ def validate_plan(
     for step in steps:
         nodes.append(step.id)
         upstream = step_issues(step, ids, catalog, issues, max_depth=max_depth, parsed=parsed,
-                               check_encoding=not all_encodable)
+                               check_encoding=not all_encodable, earlier=earlier)
         edges.extend((dep, step.id) for dep in upstream)
     graph: nx.DiGraph = nx.DiGraph()
     graph.add_nodes_from(nodes)

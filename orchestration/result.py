@@ -15,7 +15,8 @@ from orchestration.protocol import ErrorCategory, StepError
 
 __all__ = [
     "PLAN_APPROVAL", "Approval", "Attempt", "AttemptOutcome", "BudgetExceeded", "BudgetKind",
-    "CoercionRecord", "Layer", "PendingApproval", "Provenance", "ProvenanceKind", "RunResult",
+    "CoercionRecord", "Layer", "PendingApproval", "Provenance", "ProvenanceKind", "RunLimits",
+    "RunResult",
     "RunStatus", "RunUsage", "StepResult", "StepStatus"
 ]
 
@@ -218,6 +219,20 @@ class BudgetExceeded(BaseModel):
         return f"{name} is spent: {self.used:g} of {self.limit:g}{unit} ({self.setting})"
 
 
+class RunLimits(BaseModel):
+    """Budgets of one run that replace the configured ones (``ORCH_MAX_LLM_CALLS_PER_RUN``,
+    ``ORCH_MAX_TOKENS_PER_RUN``, ``ORCH_MAX_COST_PER_RUN``) for that run: what a service
+    gives each of its tenants (``dagwright serve`` takes them from ``ORCH_SERVE_TOKENS``).
+    A limit left None keeps the configured one. Stored with the run, so a resumed run
+    keeps them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_llm_calls_per_run: int | None = Field(None, ge=1)
+    max_tokens_per_run: int | None = Field(None, ge=1)
+    max_cost_per_run: float | None = Field(None, gt=0, allow_inf_nan=False)
+
+
 class RunUsage(BaseModel):
     """Totals of one run; ``by_purpose`` splits LLM calls and tokens by why they were made.
 
@@ -279,6 +294,12 @@ class RunResult(BaseModel):
     trace_id: str | None = None
     pending_approvals: list[PendingApproval] = Field(default_factory=list)
     budget_exceeded: BudgetExceeded | None = None
+    context: dict[str, Any] | None = None
+    """Who the run is for (``context=`` of the run; see :mod:`orchestration.context`)."""
+    session: str | None = None
+    session_run: int | None = None
+    """The run's number in its session: later runs refer to its outputs as
+    ``{{run:N.step.path}}``."""
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

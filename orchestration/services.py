@@ -19,9 +19,11 @@ from orchestration._transport import ToolTransport
 from orchestration.catalog import Capability, Catalog
 from orchestration.clock import Clock
 from orchestration.config import OrchestratorConfig
+from orchestration.credentials import RunCredentials
 from orchestration.layer_settings import LayerSettings
 from orchestration.llm._gateway import LLMGateway
 from orchestration.result import Attempt
+from orchestration.sessions import SessionHistory
 from orchestration.store._recorder import RunRecorder
 from orchestration.telemetry._observer import Observer
 
@@ -67,7 +69,9 @@ class RunServices:
     ``stream_answer`` False asks for the answer whole even when someone watches (a
     Temporal workflow: deltas cannot leave it as they are written). ``cancellation`` says
     whether a cancellation of the run's task is deliberate (the run ends ``cancelled``)
-    or a shutdown (it stays resumable).
+    or a shutdown (it stays resumable). ``credentials`` are the run's per-run
+    credentials (handed only to the transport: never to anything that records);
+    ``session`` the earlier runs of its session (what ``{{run:N.step}}`` binds to).
     """
 
     catalog: Catalog
@@ -85,3 +89,11 @@ class RunServices:
     calls: CallInspector | None = None
     cancellation: Cancellation = field(default_factory=Cancellation)
     stream_answer: bool = True
+    credentials: RunCredentials | None = None
+    session: SessionHistory | None = None
+
+    @property
+    def earlier_outputs(self) -> dict[str, Any]:
+        """The outputs of the session's earlier runs a reference may name (empty
+        without a session)."""
+        return self.session.outputs if self.session is not None else {}

@@ -23,6 +23,7 @@ from orchestration.protocol import ErrorCategory, ErrorSource, StepError
 from orchestration.result import (
     BudgetExceeded,
     PendingApproval,
+    RunLimits,
     RunResult,
     RunStatus,
     RunUsage,
@@ -65,6 +66,17 @@ class RunState(BaseModel):
     event_seq: int = 0
     """The sequence number of the run's last event."""
     budget_exceeded: BudgetExceeded | None = None
+    context: dict[str, Any] | None = None
+    """Who the run is for (see :mod:`orchestration.context`): stored and indexed, on every
+    span and event of the run, read by ``requires_approval`` conditions."""
+    session: str | None = None
+    session_run: int | None = None
+    """The run's number in its session (1, 2, ...), within the session's tenant."""
+    credentials_for: list[str] = Field(default_factory=list)
+    """The tools and sources this run was given per-run credentials for: names only (the
+    values live in the run's services, never here), so a resume can ask for them again."""
+    limits: RunLimits | None = None
+    """Budgets of this run that replace the configured ones (a tenant's)."""
     started_at: float = Field(default_factory=time.time)
     finished_at: float | None = None
 
@@ -200,5 +212,17 @@ class RunState(BaseModel):
             plan=plan, steps=dict(self.steps), usage=self.usage, error=self.error,
             warnings=list(self.warnings), trace_id=self.trace_id,
             pending_approvals=list(self.pending_approvals),
-            budget_exceeded=self.budget_exceeded,
+            budget_exceeded=self.budget_exceeded, context=self.context,
+            session=self.session, session_run=self.session_run,
         )
+
+    @property
+    def tenant(self) -> str | None:
+        """The context's tenant (None: the run belongs to no tenant)."""
+        value = (self.context or {}).get("tenant")
+        return value if isinstance(value, str) else None
+
+    @property
+    def user(self) -> str | None:
+        value = (self.context or {}).get("user")
+        return value if isinstance(value, str) else None

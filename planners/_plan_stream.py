@@ -26,7 +26,7 @@ streaming; this only lets work start earlier.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -64,8 +64,10 @@ class PlanStream:
     """The steps of one streamed plan answer, each handed back once it may be acted on."""
 
     def __init__(self, catalog: Catalog, *, max_steps: int, max_depth: int,
-                 check_references: bool) -> None:
+                 check_references: bool, earlier: Mapping[str, Any] | None = None) -> None:
         self.catalog = catalog
+        self.earlier: Mapping[str, Any] = earlier or {}
+        """The session's earlier outputs a ``{{run:N.step}}`` reference may name."""
         self.max_depth = max_depth
         self.check_references = check_references
         self.scanner = StepScanner(max_depth=max_depth, max_steps=max_steps)
@@ -151,10 +153,11 @@ class PlanStream:
         and the reference paths its dependencies' output schemas allow."""
         issues: list[PlanIssue] = []
         step_issues(step, _KnownIds(self._accepted, step.id), self.catalog, issues,
-                    max_depth=self.max_depth)
+                    max_depth=self.max_depth, earlier=self.earlier)
         if not issues and self.check_references:
             upstream = {d: self._accepted[d] for d in dependencies if d in self._accepted}
-            issues = check_reference_paths([step], self.catalog, known_steps=upstream)
+            issues = check_reference_paths([step], self.catalog, known_steps=upstream,
+                                           outputs=self.earlier)
         return str(PlanValidationError(issues)) if issues else None
 
 

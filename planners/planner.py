@@ -64,6 +64,7 @@ from planners._plan_stream import PlanStream, StepListener
 from planners._references import check_reference_paths
 from planners._selection import Selection
 from planners._semantic import SemanticRanker
+from planners._session_view import session_block
 from planners.feedback import DefaultFeedbackFormatter, FeedbackFormatter, PlanFeedback
 from planners.parsing import parse_plan, plan_response_schema
 from planners.prompt import BuiltPrompt, PlannerTemplates, PromptBuilder
@@ -121,7 +122,16 @@ class Planner:
     # --- public -----------------------------------------------------------------------
     def build_prompt(self, query: str, services: RunServices) -> BuiltPrompt:
         """The first plan request's messages and the catalog selection behind them."""
-        return self.prompts.plan_prompt(query, services.catalog, services.config)
+        return self.prompts.plan_prompt(query, services.catalog, services.config,
+                                        history=self._history(query, services))
+
+    @staticmethod
+    def _history(query: str, services: RunServices) -> str:
+        """The session's earlier runs for this query's prompt (empty without a session)."""
+        session = services.session
+        if session is None or not session.runs:
+            return ""
+        return session_block(session, query, services.config.session_history_chars)
 
     def response_schema(self, services: RunServices, selection: Selection) -> dict[str, Any] | None:
         """The JSON Schema sent for constrained output, or None when it is switched off."""
@@ -140,13 +150,15 @@ class Planner:
         the moment it may be acted on (see the module docstring); the caller stops what
         the listener started when this raises."""
         catalog, config = services.catalog, services.config
+        earlier = services.earlier_outputs  # a session's earlier runs: {{run:N.step}}
 
         def accept(text: str) -> ValidatedPlan:
             plan = _parse(text, config.max_json_depth)
             validated = _validate(lambda: validate_plan(
-                plan, catalog, max_steps=config.max_plan_steps, max_depth=config.max_json_depth))
+                plan, catalog, max_steps=config.max_plan_steps, max_depth=config.max_json_depth,
+                earlier=earlier))
             if self.check_references:
-                issues = check_reference_paths(plan.steps, catalog)
+                issues = check_reference_paths(plan.steps, catalog, outputs=earlier)
                 if issues:
                     raise _Rejected(PlanFeedback("validation", str(PlanValidationError(issues)),
                                                  0, "plan", [str(i) for i in issues]))
@@ -183,7 +195,8 @@ class Planner:
                 return None
             return _validate(lambda: validate_repair(
                 plan, catalog, situation, run.outputs, max_steps=config.max_plan_steps,
-                calls=services.calls, max_depth=config.max_json_depth))
+                calls=services.calls, max_depth=config.max_json_depth,
+                earlier=services.earlier_outputs))
 
         with services.observer.planning(run.run_id, "replan", {
             "dagwright.replan.round": situation.round,
@@ -216,7 +229,8 @@ class Planner:
                 "error": f"{type(exc).__name__}: {exc}"[:500]})
             return prompt
         observation.set("dagwright.catalog.ranking", "hybrid")
-        return self.prompts.plan_prompt(query, services.catalog, config, order=order)
+        return self.prompts.plan_prompt(query, services.catalog, config, order=order,
+                                        history=self._history(query, services))
 
     def _semantic_ranker(self, config: Any) -> SemanticRanker:
         """The ranker for the configured endpoint, made once (its vectors with it)."""
@@ -348,7 +362,8 @@ class Planner:
         config = services.config
         reader = PlanStream(services.catalog, max_steps=config.max_plan_steps,
                             max_depth=config.max_json_depth,
-                            check_references=self.check_references)
+                            check_references=self.check_references,
+                            earlier=services.earlier_outputs)
         async with aclosing(services.llm.stream(request)) as events:
             async for event in events:
                 if event.response is not None:

@@ -36,7 +36,7 @@ __all__ = [
 
 TEMPLATE_FIELDS: dict[str, frozenset[str]] = {
     "system": frozenset({"type_rules", "example", "capabilities", "omitted_note"}),
-    "user": frozenset({"query"}),
+    "user": frozenset({"query", "history"}),
     "type_rules": frozenset(),
     "example": frozenset(),
     "replan_system": frozenset({"type_rules", "capabilities", "omitted_note", "taken_ids"}),
@@ -179,13 +179,18 @@ class PromptBuilder:
 
     def plan_prompt(
         self, query: str, catalog: Catalog, config: OrchestratorConfig, *,
-        requests: int | None = None, order: Sequence[int] | None = None,
+        requests: int | None = None, order: Sequence[int] | None = None, history: str = "",
     ) -> BuiltPrompt:
         """The plan request. ``requests``: catalog requests to invite when the catalog is
         cut (default ``planner_catalog_requests``); ``order``: a ranking to use instead of
-        the lexical one (positions in the catalog, best first)."""
+        the lexical one (positions in the catalog, best first); ``history``: the session's
+        earlier runs (``planners/_session_view.py``), in the user message before the
+        request (a custom ``user`` template without ``$history`` gets it prepended)."""
         guidance = config.prompt_type_guidance
-        user = self.templates.render("user", query=data_block("query", query))
+        user = self.templates.render("user", query=data_block("query", query), history=history)
+        if history and "history" not in Template(self.templates.user).get_identifiers():
+            user = f"{history}\n\n{user}"
+        user = user.lstrip("\n")
         values = {
             "type_rules": self.templates.type_rules if guidance else "",
             "example": self.templates.example if guidance else "",

@@ -16,6 +16,7 @@ that already ran runs again), while :meth:`RepairPlan.dependencies` and
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,11 +137,13 @@ def validate_repair(
     max_steps: int,
     calls: CallInspector | None = None,
     max_depth: int = DEFAULT_MAX_DEPTH,
+    earlier: Mapping[str, Any] | None = None,
 ) -> RepairPlan:
     """Check a repair plan against the catalog and the run so far; raise with every issue.
 
     ``calls`` compares calls after binding and coercion (without it, raw parameters are
-    compared and the re-send guard is not applied).
+    compared and the re-send guard is not applied); ``earlier``: the session's earlier
+    outputs a ``{{run:N.step}}`` reference may name.
     """
     if len(plan.steps) > max_steps:
         raise PlanValidationError(
@@ -165,7 +168,7 @@ def validate_repair(
     combined = Plan(steps=[*existing.values(), *fresh])
     try:
         whole = validate_plan(combined, catalog, max_steps=len(combined.steps),
-                              max_depth=max_depth)
+                              max_depth=max_depth, earlier=earlier or {})
     except PlanValidationError as exc:
         issues.extend(i for i in exc.issues if i.step_id is None or i.step_id not in existing)
         raise PlanValidationError(issues) from exc

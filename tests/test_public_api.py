@@ -29,7 +29,8 @@ PACKAGE_API = {
         "InvalidInput", "BackendUnavailable", "LeaseLost", "RetryExhausted", "RetryPolicy", "RunEvent", "RunHandle", "RunLeased", "RunNotFound",
         "RunResult", "RunState", "RunUsage", "ScriptedLLM", "Step", "StepError", "StepFailed",
         "StepResult", "StoreError", "TokenUsage", "ToolError", "ToolFailed", "ToolResponse",
-        "validate_plan", "ValidatedPlan"
+        "validate_plan", "ValidatedPlan", "RunContext", "RunLimits", "Session",
+        "CredentialsRequired"
     ],
     "executors": [
         "REMOVED", "Coercer", "CoercionChange", "CoercionResult", "Decision", "GiveUp", "RecoveryHandler",
@@ -47,6 +48,7 @@ PUBLIC_MODULES = [
     "executors.layers.semantic_retry", "executors.layers.validation_feedback",
     "executors.recovery", "orchestration.capability", "orchestration.catalog",
     "orchestration.cli", "orchestration.clock", "orchestration.config",
+    "orchestration.context", "orchestration.credentials",
     "orchestration.debug_store", "orchestration.errors", "orchestration.eval", "orchestration.events",
     "orchestration.handle",
     "orchestration.layer_settings", "orchestration.llm", "orchestration.llm.anthropic",
@@ -54,7 +56,8 @@ PUBLIC_MODULES = [
     "orchestration.llm.scripted",
     "orchestration.logging_setup", "orchestration.orchestrator", "orchestration.plan",
     "orchestration.protocol", "orchestration.redaction", "orchestration.result",
-    "orchestration.retry_policy", "orchestration.server", "orchestration.services", "orchestration.sources",
+    "orchestration.retry_policy", "orchestration.server", "orchestration.services",
+    "orchestration.sessions", "orchestration.sources",
     "orchestration.sources.decorated", "orchestration.sources.discovery",
     "orchestration.sources.mcp", "orchestration.sources.openapi", "orchestration.state",
     "orchestration.store", "orchestration.telemetry", "orchestration.telemetry.exporters",

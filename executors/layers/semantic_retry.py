@@ -252,7 +252,7 @@ class SemanticRetry:
             corrected = apply_corrections(failed, answer.corrected_parameters)
             changed = changed_count(failed, corrected)
             try:  # references the LLM kept (or wrote) are resolved like the planner's
-                params = bind_params(corrected, state.run.outputs)
+                params = bind_params(corrected, state.outputs)
             except BindingFailure as exc:
                 complete("give_up", changed)
                 return GiveUp(f"layer 4 (semantic retry): the parameters still hold a reference "
@@ -398,14 +398,27 @@ def upstream_text(state: StepState, chars: int) -> str:
     for index, (sid, output) in enumerate(outputs.items()):
         # the run's record, not the plan: a repair step's upstream may be a step that
         # finished in an earlier round, which the repair plan itself does not hold
-        done = state.run.steps[sid]
-        line = f"step {sid} ({done.tool}.{done.capability}) returned: {to_json(output, chars)}"
+        done = state.run.steps.get(sid)
+        what = (f"{done.tool}.{done.capability}" if done is not None
+                else _earlier_capability(state, sid))
+        line = f"step {sid} ({what}) returned: {to_json(output, chars)}"
         if budget - len(line) < 0 and lines:
             lines.append(f"[{len(outputs) - index} more upstream output(s) left out for size]")
             break
         budget -= len(line)
         lines.append(line)
     return "\n".join(lines)
+
+
+def _earlier_capability(state: StepState, key: str) -> str:
+    """``tool.capability`` of an earlier run's step (``run:N.step``, a session's)."""
+    session = state.services.session
+    if session is not None:
+        for run in session.runs:
+            prefix = f"run:{run.number}."
+            if key.startswith(prefix):
+                return run.capabilities.get(key[len(prefix):], "an earlier run")
+    return "an earlier run"
 
 
 def layer3_verdict(state: StepState) -> tuple[str | None, str | None]:

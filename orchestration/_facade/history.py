@@ -36,13 +36,20 @@ class RunHistory:
             await self._local.stores.save(stored.state)
         return stored.state.to_result()
 
-    async def list_runs(self, status: str | None, limit: int) -> list[RunSummary]:
+    async def list_runs(self, status: str | None, limit: int, *, tenant: str | None = None,
+                        user: str | None = None,
+                        session_id: str | None = None) -> list[RunSummary]:
         await self._local.stores.open()
         store = self._parts.store
+        if session_id is not None and tenant is None:
+            tenant = ""  # a session is kept within its tenant: none is a tenant too
         if self._parts.config.approval_timeout_s is not None:
-            for waiting in await store.list_runs(status="awaiting_approval", limit=limit):
+            for waiting in await store.list_runs(status="awaiting_approval", limit=limit,
+                                                 tenant=tenant, user=user,
+                                                 session_id=session_id):
                 await self.get_run(waiting.run_id)  # expires what is overdue
-        return await store.list_runs(status=status, limit=limit)
+        return await store.list_runs(status=status, limit=limit, tenant=tenant, user=user,
+                                     session_id=session_id)
 
     async def events(self, run_id: str, after: int) -> list[RunEvent]:
         if self._temporal.enabled:

@@ -1,11 +1,23 @@
-"""The checks of what a caller hands the facade before anything is recorded: the query
-and a caller-chosen run id. Each refusal is an :class:`InvalidInput` naming what is wrong."""
+"""The checks of what a caller hands the facade before anything is recorded: the query,
+a caller-chosen run id, and the run's context, credentials, session and limits. Each
+refusal is an :class:`InvalidInput` naming what is wrong."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
+from pydantic import ValidationError
+
+from orchestration._text import describe_validation_error
+from orchestration.catalog import Catalog
+from orchestration.context import ContextValue, RunContext, check_context
+from orchestration.credentials import Credentials, check_credentials
 from orchestration.errors import InvalidInput
+from orchestration.result import RunLimits
+from orchestration.sessions import check_session_id
 
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$"
 """What a caller-chosen ``run_id`` may look like (it names files, URLs and log lines)."""
@@ -30,3 +42,43 @@ def check_query(query: str) -> None:
             f"the query is not valid Unicode: character {exc.start} is a lone surrogate "
             f"({query[exc.start]!r}, often a JSON escape such as \\ud800 without its pair); "
             "send the text with that character removed or completed") from None
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What a caller gives a run besides its query, checked: who it is for (``context``),
+    its per-run ``credentials`` (held by the run's services only), its ``session_id``
+    and its ``limits``."""
+
+    context: dict[str, ContextValue] | None = None
+    credentials: dict[str, dict[str, str]] | None = None
+    session_id: str | None = None
+    limits: RunLimits | None = None
+
+    def __repr__(self) -> str:  # never the credentials' values
+        return (f"RunInputs(context={self.context!r}, credentials={sorted(self.credentials or {})}"
+                f", session_id={self.session_id!r}, limits={self.limits!r})")
+
+
+def check_inputs(
+    catalog: Catalog,
+    *,
+    context: RunContext | Mapping[str, Any] | None = None,
+    credentials: Credentials | None = None,
+    session_id: str | None = None,
+    limits: RunLimits | Mapping[str, Any] | None = None,
+) -> RunInputs:
+    """Every input of a run checked before anything is recorded or sent; the first that
+    cannot be used is an :class:`InvalidInput` naming it (a credential by its name, never
+    its value)."""
+    if session_id is not None:
+        check_session_id(session_id)
+    if limits is not None and not isinstance(limits, RunLimits):
+        try:
+            limits = RunLimits.model_validate(limits)
+        except ValidationError as exc:
+            raise InvalidInput(f"limits: {describe_validation_error(exc, root='limits')}"
+                               ) from None
+    return RunInputs(context=check_context(context),
+                     credentials=check_credentials(credentials, catalog),
+                     session_id=session_id, limits=limits)

@@ -19,17 +19,21 @@ from typing import Any
 
 from orchestration._budget import RunBudget
 from orchestration._events import EventCallback, EventSink
-from orchestration._facade.inputs import check_query, check_run_id
+from orchestration._facade.inputs import RunInputs, check_query, check_run_id
 from orchestration._facade.loop_resources import TransportPool
 from orchestration._facade.parts import FacadeParts
+from orchestration._facade.sessions import LocalSessions
 from orchestration._facade.store_access import RunStoreAccess
-from orchestration.errors import DagwrightError, LeaseLost, StoreError
+from orchestration.capability import Capability
+from orchestration.credentials import Credentials, RunCredentials
+from orchestration.errors import CredentialsRequired, DagwrightError, LeaseLost, StoreError
 from orchestration.handle import RunHandle
 from orchestration.llm._gateway import DebugRecorder, LLMGateway
 from orchestration.plan import Plan, ValidatedPlan
 from orchestration.result import RunResult, StepResult
 from orchestration.retry_policy import RetryPolicy
 from orchestration.services import RunServices
+from orchestration.sessions import SessionHistory
 from orchestration.state import RunState
 from orchestration.store import StoredRun
 from orchestration.store._recorder import RunRecorder
@@ -67,6 +71,7 @@ class LocalRuns:
         self._parts = parts
         self.stores = stores
         self._transports = transports
+        self.sessions = LocalSessions(parts, stores)
         self.active: dict[str, RunHandle] = {}
 
     # --- starting and continuing ----------------------------------------------------------
@@ -78,10 +83,13 @@ class LocalRuns:
         run_id: str | None = None,
         on_event: EventCallback | None = None,
         started: asyncio.Future[RunHandle] | None = None,
+        inputs: RunInputs | None = None,
     ) -> RunResult:
         """Record a new run and execute it; a ``run_id`` already stored for this query is
-        returned as it is (finished) or continued (interrupted)."""
+        returned as it is (finished) or continued (interrupted). ``inputs``: who the run
+        is for, its credentials, session and limits (checked by the facade)."""
         check_query(query)  # (astart comes here directly)
+        inputs = inputs or RunInputs()
         await self.stores.open()
         store = self._parts.store
         if run_id is not None:
@@ -94,13 +102,19 @@ class LocalRuns:
                         f"({stored.state.query[:200]!r}); choose another run_id, or resume it")
                 if stored.state.status != "running":
                     return stored.state.to_result()
-                return await self.continue_run(stored, on_event=on_event, started=started)
-        run = RunState(run_id=run_id or uuid.uuid4().hex, query=query)
+                return await self.continue_run(stored, on_event=on_event, started=started,
+                                               credentials=inputs.credentials)
+        run = RunState(run_id=run_id or uuid.uuid4().hex, query=query, context=inputs.context,
+                       credentials_for=sorted(inputs.credentials or {}), limits=inputs.limits)
+        if inputs.session_id is not None:
+            run.session = inputs.session_id
+            run.session_run = await self.sessions.number(inputs.session_id, run.tenant)
         if self._parts.debug_store is not None:
             run.debug_path = str(self._parts.debug_store.path)
         recorder = self.stores.recorder(run.run_id)
         await recorder.begin(run)
-        return await self.execute(run, recorder, plan=plan, on_event=on_event, started=started)
+        return await self.execute(run, recorder, plan=plan, on_event=on_event, started=started,
+                                  credentials=RunCredentials(inputs.credentials))
 
     async def continue_run(
         self,
@@ -110,8 +124,18 @@ class LocalRuns:
         on_event: EventCallback | None = None,
         started: asyncio.Future[RunHandle] | None = None,
         settled: list[StepResult] | None = None,
+        credentials: Credentials | None = None,
     ) -> RunResult:
-        """Take a stored run over (its lease) and execute it from where it stopped."""
+        """Take a stored run over (its lease) and execute it from where it stopped.
+
+        A run started with per-run credentials that still has calls for those tools
+        needs them again (:class:`CredentialsRequired`, raised before anything changes)."""
+        run = stored.state
+        given = RunCredentials(credentials, required=run.credentials_for)
+        missing = given.needed_by(self._remaining_capabilities(run))
+        if missing:
+            raise CredentialsRequired(run.run_id, missing)
+        run.credentials_for = sorted(given.required)
         recorder = self.stores.recorder(stored.state.run_id)
         await recorder.take_over(stored)
         # the run's status and the decisions made for it (approvals, rejections) are the
@@ -126,7 +150,23 @@ class LocalRuns:
                 await recorder.finish(None)
             raise
         return await self.execute(stored.state, recorder, stored=stored, approved=approved,
-                                  on_event=on_event, started=started, settled=settled)
+                                  on_event=on_event, started=started, settled=settled,
+                                  credentials=given)
+
+    def _remaining_capabilities(self, run: RunState) -> list[Capability]:
+        """The capabilities a continued run may still call: those of its plan's steps not
+        finished yet (every capability while it has no plan)."""
+        catalog = self._parts.catalog
+        if run.plan is None:
+            return list(catalog)
+        out: list[Capability] = []
+        for step in run.plan.get("steps", []):
+            result = run.steps.get(step.get("id"))
+            if result is not None and result.status not in ("awaiting_approval", "running"):
+                continue
+            if catalog.has(step.get("tool", ""), step.get("capability", "")):
+                out.append(catalog.get(step["tool"], step["capability"]))
+        return out
 
     async def start_in_background(
         self, execute: Callable[[asyncio.Future[RunHandle]], Coroutine[Any, Any, RunResult]]
@@ -169,6 +209,7 @@ class LocalRuns:
         on_event: EventCallback | None = None,
         started: asyncio.Future[RunHandle] | None = None,
         settled: list[StepResult] | None = None,
+        credentials: RunCredentials | None = None,
     ) -> RunResult:
         """Run (or continue) ``run`` to its end under the observer; record its end.
 
@@ -176,7 +217,13 @@ class LocalRuns:
         runs (``started`` receives the handle), so that ``acancel`` stops exactly this
         run and not its caller. A cancellation of the caller (a shutdown) reaches the work
         too, and leaves the run resumable."""
-        services = self.services(run, recorder)
+        try:
+            session = await self.sessions.history(run)
+        except BaseException:
+            with contextlib.suppress(StoreError):
+                await recorder.finish(None)  # let go of the run: it stays resumable
+            raise
+        services = self.services(run, recorder, credentials=credentials, session=session)
         if on_event is not None:
             # someone watches the run live: the answer streams to them as it is written
             services.events.subscribe(on_event)
@@ -278,8 +325,11 @@ class LocalRuns:
         raise failure
 
     # --- what a run uses ----------------------------------------------------------------------
-    def services(self, run: RunState, recorder: RunRecorder) -> RunServices:
-        """What one run uses: its LLM gateway (budget, usage), transport and deadline."""
+    def services(self, run: RunState, recorder: RunRecorder, *,
+                 credentials: RunCredentials | None = None,
+                 session: SessionHistory | None = None) -> RunServices:
+        """What one run uses: its LLM gateway (budget, usage), transport and deadline, its
+        per-run credentials and the earlier runs of its session."""
         parts = self._parts
         config = parts.config
         budget = RunBudget(run, config, parts.observer)
@@ -296,6 +346,7 @@ class LocalRuns:
             deadline=asyncio.get_running_loop().time() + config.run_timeout_s,
             budget=budget,
             calls=parts.engine.call_inspector(parts.layers),
+            credentials=credentials if credentials else None, session=session,
         )
 
     def _debug_recorder(self) -> DebugRecorder | None:

@@ -9,6 +9,7 @@ import asyncio
 from orchestration._events import EventCallback
 from orchestration._facade.local_runs import LocalRuns
 from orchestration._facade.parts import FacadeParts
+from orchestration.credentials import Credentials
 from orchestration.errors import ApprovalError
 from orchestration.handle import RunHandle
 from orchestration.result import Approval, RunResult
@@ -23,6 +24,7 @@ async def resume(
     approvals: dict[str, Approval] | None = None,
     on_event: EventCallback | None = None,
     started: asyncio.Future[RunHandle] | None = None,
+    credentials: Credentials | None = None,
 ) -> RunResult:
     stores = local.stores
     await stores.open()
@@ -56,4 +58,4 @@ async def resume(
     settled = [run.steps[sid] for sid in waiting
                if sid in run.steps and run.steps[sid].status != "awaiting_approval"]
     return await local.continue_run(stored, approved=approved, on_event=on_event,
-                                    started=started, settled=settled)
+                                    started=started, settled=settled, credentials=credentials)

@@ -73,6 +73,21 @@ class TemporalBackend:
         if self._runs is not None:
             self._runs.forget_loop()
 
+    def refuse_credentials(self, credentials: object) -> None:
+        """Per-run credentials never cross into a Temporal workflow: its inputs, updates
+        and activity arguments are the workflow's history, which Temporal records and
+        keeps for the namespace's retention period (docs/context.md says why and what to
+        do instead)."""
+        if self.enabled and credentials:
+            raise ConfigError(
+                "per-run credentials are refused on the Temporal backend "
+                "(ORCH_BACKEND=temporal): the only way from a client to the worker that "
+                "sends a call is the workflow's history, which Temporal records and keeps, "
+                "and these credentials are never recorded. Give the workers the tools' "
+                "credentials (the catalog's credentials:/headers:, ORCH_OPENAPI_CREDENTIALS), "
+                "or run runs that carry a user's own credentials on the local backend "
+                "(docs/context.md#credentials-on-temporal)")
+
     def refuse(self, what: str) -> None:
         """Background runs and cancellation (what ``dagwright serve`` uses) are run by
         this process; on Temporal the workflow owns the run."""

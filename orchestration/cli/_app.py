@@ -16,7 +16,17 @@ from types import ModuleType
 from typing import Any, TextIO, cast
 
 from orchestration._version import __version__
-from orchestration.cli import _approvals, _config, _demo, _eval, _run, _runs, _serve, _tools
+from orchestration.cli import (
+    _approvals,
+    _config,
+    _demo,
+    _eval,
+    _run,
+    _runs,
+    _serve,
+    _sessions,
+    _tools,
+)
 from orchestration.cli._errors import next_step_for, print_error, show_warning
 from orchestration.cli._exit_codes import (
     EXIT_CLOSED_PIPE,
@@ -35,6 +45,7 @@ COMMAND_GROUPS: tuple[ModuleType, ...] = (
     _tools,       # tools
     _config,      # config
     _runs,        # runs list|show, resume, debug
+    _sessions,    # sessions show
     _approvals,   # approvals list, approve, reject
     _eval,        # eval
     _serve,       # serve, worker

@@ -11,6 +11,7 @@ from orchestration.errors import (
     ApprovalError,
     CatalogError,
     ConfigError,
+    CredentialsRequired,
     DagwrightError,
     PlanningError,
     RunLeased,
@@ -37,6 +38,9 @@ def next_step_for(exc: DagwrightError) -> str:
     if isinstance(exc, ApprovalError):
         return ("`dagwright approvals list RUN_ID` shows what waits and its exact parameters "
                 "(docs/troubleshooting.md#approvals)")
+    if isinstance(exc, CredentialsRequired):
+        return ("`dagwright resume RUN_ID --credentials-file FILE` with a JSON file {\"tool\": "
+                "{\"Header\": \"value\"}} for the tools it names (docs/context.md)")
     if isinstance(exc, RunLeased):
         return ("wait for that process to end (or its lease, ORCH_STORE_LEASE_S, to expire), "
                 "then `dagwright resume RUN_ID` (docs/troubleshooting.md#the-run-store)")

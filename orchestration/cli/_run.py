@@ -19,6 +19,7 @@ from orchestration.cli._render import (
     use_redactor,
     write_next_steps,
 )
+from orchestration.cli._sessions import add_context_options, context_of, credentials_of
 from orchestration.config import OrchestratorConfig
 from orchestration.events import RunEvent
 from orchestration.orchestrator import Orchestrator
@@ -33,6 +34,7 @@ def register(commands: Commands) -> None:
     run.add_argument("--metrics-port", type=int, default=None,
                      help="serve Prometheus /metrics on this port during the run "
                      "(default: ORCH_METRICS_PORT)")
+    add_context_options(run, new_run=True)
     run.set_defaults(fn=cmd_run)
     plan = commands.add_parser("plan", help="print the plan of a query without executing it")
     plan.add_argument("query")
@@ -66,7 +68,8 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         orch = Orchestrator.from_env(config=config, catalog=catalog, tracer_provider=provider)
         use_redactor(out, orch.redactor)
         try:
-            result = orch.run(args.query, on_event=on_event)
+            result = orch.run(args.query, on_event=on_event, context=context_of(args),
+                              credentials=credentials_of(args), session_id=args.session)
         finally:
             orch.close()  # MCP servers the catalog started
     finally:

@@ -8,7 +8,7 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import TextIO, get_args
+from typing import Any, TextIO, get_args
 
 from orchestration.cli._errors import UsageError, print_error
 from orchestration.cli._exit_codes import EXIT_OK, EXIT_RUN_FAILED, exit_code_of
@@ -16,6 +16,7 @@ from orchestration.cli._kit import continuing, full_run_id, read_run, read_store
 from orchestration.cli._parser import Commands
 from orchestration.cli._progress import live_progress
 from orchestration.cli._render import render_result, write_next_steps
+from orchestration.cli._sessions import add_context_options, credentials_of
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import DagwrightError
 from orchestration.result import RunStatus
@@ -28,6 +29,9 @@ def register(commands: Commands) -> None:
     listing.add_argument("--status", choices=get_args(RunStatus), metavar="STATUS",
                          help="only runs with this status: " + ", ".join(get_args(RunStatus)))
     listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--tenant", help="only runs of this tenant (their context's)")
+    listing.add_argument("--user", help="only runs for this user (their context's)")
+    listing.add_argument("--session", help="only the runs of this session")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(fn=cmd_runs_list)
     show = runs_sub.add_parser("show", help="one run: its steps, attempts and answer")
@@ -39,6 +43,7 @@ def register(commands: Commands) -> None:
                                  "finished steps are not run again")
     resume.add_argument("run_id")
     resume.add_argument("--json", action="store_true")
+    add_context_options(resume, new_run=False)
     resume.set_defaults(fn=cmd_resume)
     debug = commands.add_parser("debug", help="show one run's LLM prompts and answers from the "
                                 "debug store (ORCH_LLM_DEBUG_ENABLED)")
@@ -49,12 +54,25 @@ def register(commands: Commands) -> None:
     debug.set_defaults(fn=cmd_debug)
 
 
+def _in_context(context: dict[str, Any] | None, session: str | None, number: int | None) -> str:
+    """``for tenant=acme user=u-42 · session trip-7 #2``."""
+    parts = []
+    if context:
+        parts.append("for " + " ".join(f"{k}={v}" for k, v in sorted(context.items())))
+    if session:
+        parts.append(f"session {session} #{number}")
+    return " · ".join(parts)
+
+
 def _when(timestamp: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp)) if timestamp else "-"
 
 
 def cmd_runs_list(args: argparse.Namespace, out: TextIO) -> int:
-    runs = read_store(lambda store: store.list_runs(status=args.status, limit=args.limit))
+    tenant = args.tenant if args.tenant is not None else ("" if args.session else None)
+    runs = read_store(lambda store: store.list_runs(status=args.status, limit=args.limit,
+                                                    tenant=tenant, user=args.user,
+                                                    session_id=args.session))
     if args.json:
         out.write(json.dumps([r.model_dump(mode="json") for r in runs], indent=2) + "\n")
         return 0
@@ -65,6 +83,8 @@ def cmd_runs_list(args: argparse.Namespace, out: TextIO) -> int:
         steps = ", ".join(f"{n} {status}" for status, n in sorted(r.steps.items())) or "no steps"
         out.write(f"{r.run_id:34} {r.status:10} {_when(r.started_at)}  {steps}\n"
                   f"    {r.query[:100]}\n")
+        if r.context or r.session:
+            out.write(f"    {_in_context(r.context, r.session, r.session_run)}\n")
     return 0
 
 
@@ -78,6 +98,8 @@ def cmd_runs_show(args: argparse.Namespace, out: TextIO) -> int:
         out.write(json.dumps(result.to_dict(), indent=2) + "\n")
         return 0
     out.write(f"run {result.run_id}: {result.query}\n")
+    if result.context or result.session:
+        out.write(f"  {_in_context(result.context, result.session, result.session_run)}\n")
     render_result(result, out)
     if result.error:
         out.write(f"  error: {result.error}\n")
@@ -88,8 +110,8 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     orch = continuing("resuming a run calls its tools")
     try:
         args.run_id = full_run_id(args.run_id)
-        result = orch.resume(args.run_id, on_event=live_progress(args, orch.config,
-                                                                 continuing=True))
+        result = orch.resume(args.run_id, credentials=credentials_of(args),
+                             on_event=live_progress(args, orch.config, continuing=True))
     finally:
         orch.close()
     if args.json:

@@ -255,15 +255,19 @@ class CassetteTransport(ToolTransport):
 
     async def call(self, capability: Capability, params: dict[str, Any], *, timeout_s: float,
                    headers: dict[str, str] | None = None,
-                   trace: CallTrace | None = None) -> CallResult:
+                   trace: CallTrace | None = None,
+                   credentials: dict[str, str] | None = None) -> CallResult:
+        """``credentials`` (a run's own: docs/context.md) reach the live tool and
+        are never part of the key nor of the recording."""
         track = _TRACK.get()
         if track is None or not track.covers("tools"):
             return await self.inner.call(capability, params, timeout_s=timeout_s,
-                                         headers=headers, trace=trace)
+                                         headers=headers, trace=trace, credentials=credentials)
         key = tool_key(capability.key, params)
         if not track.replaying:
             result = await self.inner.call(capability, params, timeout_s=timeout_s,
-                                           headers=headers, trace=trace)
+                                           headers=headers, trace=trace,
+                                           credentials=credentials)
             track.record("tools", key, {"capability": capability.key, "params": params,
                                         **_result_entry(result)})
             return result

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import inspect
 import logging
 import os
 import time
@@ -23,7 +22,6 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from orchestration._version import __version__
 from orchestration.catalog import Catalog
@@ -57,12 +55,6 @@ ConfigsArgument = (Mapping[str, OrchestratorConfig | EvalConfig] | Sequence[Eval
 """Configurations as a mapping name → settings (or :class:`EvalConfig`), a list of
 :class:`EvalConfig`, or None: one configuration, ``default``, from the environment."""
 
-CONTEXT_UNSUPPORTED = (
-    "the case carries a context, but this dagwright's Orchestrator.arun takes none (run "
-    "context is not available in this version): the case is not run; remove its \"context\" "
-    "or run it with a dagwright that supports run context")
-
-
 def outcome_of(status: str | None, checks: Iterable[CheckResult], error: str | None) -> Outcome:
     """The class of a graded run (see :mod:`orchestration.eval._report`); the judge's
     verdict never changes it."""
@@ -80,7 +72,6 @@ class _Deployment:
     spec: EvalConfig
     orchestrator: Orchestrator
     book: CassetteBook | None
-    takes_context: bool
 
 
 def run_eval(
@@ -243,8 +234,7 @@ def _deploy(spec: EvalConfig, catalog: Catalog, cassettes: Cassettes | None) -> 
     assert llm is not None
     orchestrator = Orchestrator(catalog, llm=llm, config=config,
                                 transport_layer=CassetteTransport if book is not None else None)
-    takes_context = "context" in inspect.signature(orchestrator.arun).parameters
-    return _Deployment(spec, orchestrator, book, takes_context)
+    return _Deployment(spec, orchestrator, book)
 
 
 async def _run_case(deployment: _Deployment, case: Case, number: int, eval_id: str,
@@ -252,18 +242,15 @@ async def _run_case(deployment: _Deployment, case: Case, number: int, eval_id: s
     name = deployment.spec.name
     base = CaseResult(config=name, case=case.id, repeat=number, query=case.query,
                       outcome="error")
-    if case.context is not None and not deployment.takes_context:
-        return base.model_copy(update={"error": CONTEXT_UNSUPPORTED})
     run_id = f"eval-{eval_id}-{name}-{case.id}-{number}"
     track = deployment.book.track(case.id, number) if deployment.book is not None else None
-    extra: dict[str, Any] = {"context": case.context} if case.context is not None else {}
     started = time.perf_counter()
     result: RunResult | None = None
     error: str | None = None
     try:
         with playing(track):
             result = await deployment.orchestrator.arun(case.query, plan=case.plan,
-                                                        run_id=run_id, **extra)
+                                                        run_id=run_id, context=case.context)
     except StoreError as exc:
         result = exc.result if isinstance(exc.result, RunResult) else None
         error = f"the run store failed: {exc}"

@@ -2,13 +2,21 @@
 
 =========================================  =============================================
 ``POST /v1/runs``                          start a run: 202 ``{run_id, status}``; with
-                                           ``"wait": true`` 200 and the whole result
-``GET /v1/runs?status=&limit=``            recent runs, newest first
+                                           ``"wait": true`` 200 and the whole result;
+                                           ``context``, ``credentials``, ``session_id``
+``GET /v1/runs?status=&limit=&tenant=``    recent runs, newest first (also ``user=``,
+                                           ``session_id=``)
 ``GET /v1/runs/{run_id}``                  the ``RunResult`` JSON
 ``GET /v1/runs/{run_id}/events``           server-sent events (``Last-Event-ID``/``after``)
-``POST /v1/runs/{run_id}/approvals/{id}``  ``{approved, params?, note?}``: decide, continue
+``POST /v1/runs/{run_id}/approvals/{id}``  ``{approved, params?, note?, credentials?}``:
+                                           decide, continue
 ``POST /v1/runs/{run_id}/cancel``          end the run ``cancelled``
+``POST /v1/runs/{run_id}/resume``          ``{credentials?}``: continue a stopped run
+``GET /v1/sessions/{session_id}``          a session and its runs
 =========================================  =============================================
+
+On a server with tenants (``ORCH_SERVE_TOKENS``) every endpoint answers within the
+caller's tenant: another tenant's run is a 404, as a run that does not exist is.
 
 Request bodies are validated by pydantic models that forbid unknown fields, so a typo
 is a 422 naming the field rather than a silently ignored option.
@@ -19,7 +27,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any, TypeVar, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+)
 from sse_starlette import EventSourceResponse
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -28,7 +45,9 @@ from starlette.routing import Route
 from orchestration._json import UnreadableJSON, decode
 from orchestration.errors import (
     ApprovalError,
+    CredentialsRequired,
     DagwrightError,
+    InvalidInput,
     PlanValidationError,
     RunLeased,
     RunNotFound,
@@ -40,7 +59,10 @@ from orchestration.plan import Plan, validate_plan
 from orchestration.result import Approval, RunResult, RunStatus
 from orchestration.server._errors import ApiError, field_errors
 from orchestration.server._runs import Busy, RunManager
+from orchestration.server._security import caller_tenant
 from orchestration.server._stream import FINAL_STATUSES, run_event_stream
+from orchestration.server._tenants import Tenant
+from orchestration.sessions import SESSION_ID_PATTERN, AnyEarlier
 
 __all__ = ["api_routes", "read_run"]
 
@@ -49,8 +71,12 @@ RUN_STATUSES = get_args(RunStatus)
 MAX_QUERY_CHARS = 20_000
 
 
+CredentialsField = dict[StrictStr, dict[StrictStr, StrictStr]] | None
+
+
 class RunRequest(BaseModel):
-    """``POST /v1/runs``."""
+    """``POST /v1/runs``. ``credentials`` are sent to the tools they name for this run
+    only, and never echoed, stored or logged (docs/context.md)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -58,6 +84,9 @@ class RunRequest(BaseModel):
     plan: dict[str, Any] | None = None
     run_id: StrictStr | None = Field(None, pattern=RUN_ID_PATTERN)
     wait: StrictBool = False
+    context: dict[StrictStr, StrictStr | StrictInt | StrictFloat | StrictBool] | None = None
+    credentials: CredentialsField = None
+    session_id: StrictStr | None = Field(None, pattern=SESSION_ID_PATTERN)
 
 
 class DecisionRequest(BaseModel):
@@ -71,6 +100,15 @@ class DecisionRequest(BaseModel):
         "RFC 7396): name only the keys you change; null removes a key; the merged "
         "parameters are validated as a whole. For @plan, a whole replacement plan.")
     note: StrictStr | None = Field(None, max_length=2000)
+    credentials: CredentialsField = None
+
+
+class ResumeRequest(BaseModel):
+    """``POST /v1/runs/{run_id}/resume``: the per-run credentials the run needs again."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    credentials: CredentialsField = None
 
 
 async def _json_body(request: Request) -> Any:
@@ -109,8 +147,44 @@ def _manager(request: Request) -> RunManager:
 
 
 def _busy(exc: Busy) -> ApiError:
+    details: dict[str, Any] = {"retry_after_s": exc.retry_after_s}
+    if exc.tenant is not None:
+        details["tenant"] = exc.tenant
     return ApiError(429, "too_many_runs", str(exc), headers={"Retry-After": str(exc.retry_after_s)},
-                    details={"retry_after_s": exc.retry_after_s})
+                    details=details)
+
+
+def _tenant(request: Request) -> Tenant | None:
+    """The calling tenant (None on a single-tenant server)."""
+    return caller_tenant(request.scope)
+
+
+def _not_found(run_id: str) -> ApiError:
+    """The one answer for a run that does not exist and for another tenant's run, so a
+    run id never tells a tenant anything about another's runs."""
+    return ApiError(404, "run_not_found", f"no run {run_id!r}; GET /v1/runs lists the runs",
+                    details={"run_id": run_id})
+
+
+def _context_for(request: Request, given: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The run's context: the caller's, with its tenant set by its token on a server
+    with tenants (a context naming another tenant is refused)."""
+    tenant = _tenant(request)
+    if tenant is None:
+        return given
+    named = (given or {}).get("tenant")
+    if named is not None and named != tenant.name:
+        raise ApiError(403, "forbidden_tenant",
+                       f"context.tenant {str(named)[:80]!r} is not the tenant of your token; "
+                       "leave it out (the server sets it)",
+                       details={"fields": [{"field": "context.tenant",
+                                            "problem": "not your tenant"}]})
+    return {**(given or {}), "tenant": tenant.name}
+
+
+def _invalid_input(exc: InvalidInput, field: str) -> ApiError:
+    return ApiError(422, "invalid_request", f"{field}: {exc}",
+                    details={"fields": [{"field": field, "problem": str(exc)}]})
 
 
 def _links(request: Request, run_id: str) -> dict[str, str]:
@@ -158,7 +232,10 @@ def _check_plan(request: Request, plan: dict[str, Any]) -> None:
     except ValidationError as exc:
         raise field_errors(exc, prefix="plan") from exc
     try:
-        validate_plan(model, orchestrator.catalog, max_steps=orchestrator.config.max_plan_steps)
+        # a follow-up's references to earlier runs are checked once the run knows its
+        # session (its run fails naming them); here every run:N.step is taken as known
+        validate_plan(model, orchestrator.catalog, max_steps=orchestrator.config.max_plan_steps,
+                      earlier=AnyEarlier())
     except PlanValidationError as exc:
         issues = [{"step_id": i.step_id, "message": i.message} for i in exc.issues]
         raise ApiError(422, "invalid_plan", f"plan: {exc}", details={
@@ -191,9 +268,13 @@ async def _check_same_plan(manager: RunManager, run_id: str, plan: dict[str, Any
 async def create_run(request: Request) -> Response:
     body = _model(RunRequest, await _json_body(request))
     manager = _manager(request)
+    tenant = _tenant(request)
+    context = _context_for(request, body.context)
     if body.plan is not None:
         _check_plan(request, body.plan)
     if body.run_id is not None:
+        if tenant is not None:
+            await _check_run_id_free(manager, body.run_id, tenant)
         if body.plan is not None:
             await _check_same_plan(manager, body.run_id, body.plan)
         running = manager.orchestrator.active_run(body.run_id)
@@ -201,9 +282,14 @@ async def create_run(request: Request) -> Response:
             # the same run asked for again: it is this one, never a second
             return await _wait(running) if body.wait else _accepted(request, running)
     try:
-        handle = await manager.start(body.query, plan=body.plan, run_id=body.run_id)
+        handle = await manager.start(body.query, plan=body.plan, run_id=body.run_id,
+                                     tenant=tenant, context=context,
+                                     credentials=body.credentials, session_id=body.session_id)
     except Busy as exc:
         raise _busy(exc) from exc
+    except InvalidInput as exc:
+        raise _invalid_input(exc, "credentials" if "credentials" in str(exc) else "context"
+                             ) from exc
     except RunLeased as exc:
         running = manager.orchestrator.active_run(body.run_id or "")
         if running is not None:
@@ -214,6 +300,27 @@ async def create_run(request: Request) -> Response:
     except DagwrightError as exc:  # the run id names a run of another query
         raise ApiError(409, "run_id_conflict", str(exc), details={"run_id": body.run_id}) from exc
     return await _wait(handle) if body.wait else _accepted(request, handle)
+
+
+async def _check_run_id_free(manager: RunManager, run_id: str, tenant: Tenant) -> None:
+    """On a server with tenants run ids are one namespace: an id another tenant's run
+    holds is refused as taken, saying nothing more about that run."""
+    try:
+        known = await manager.orchestrator.aget_run(run_id)
+    except StoreError as exc:
+        raise _store_error(exc) from exc
+    if known is not None and (known.context or {}).get("tenant") != tenant.name:
+        raise ApiError(409, "run_id_conflict",
+                       f"run id {run_id!r} is taken; choose another run_id (a UUID)",
+                       details={"run_id": run_id})
+
+
+def _filter(request: Request, name: str) -> str | None:
+    value = request.query_params.get(name) or None
+    if value is not None and len(value) > 256:
+        raise ApiError(422, "invalid_request", f"{name}: at most 256 characters",
+                       details={"fields": [{"field": name, "problem": "too long"}]})
+    return value
 
 
 async def list_runs(request: Request) -> Response:
@@ -228,28 +335,55 @@ async def list_runs(request: Request) -> Response:
         raise ApiError(422, "invalid_request",
                        f"limit: {limit_text!r} is not a whole number from 1 to 1000",
                        details={"fields": [{"field": "limit", "problem": "out of range"}]})
+    tenant_filter, tenant = _filter(request, "tenant"), _tenant(request)
+    if tenant is not None:
+        if tenant_filter is not None and tenant_filter != tenant.name:
+            raise ApiError(403, "forbidden_tenant",
+                           f"tenant {tenant_filter[:80]!r} is not the tenant of your token; "
+                           "you list your own tenant's runs", details={"fields": [
+                               {"field": "tenant", "problem": "not your tenant"}]})
+        tenant_filter = tenant.name
     try:
-        runs = await _manager(request).orchestrator.alist_runs(status, int(limit_text))
+        runs = await _manager(request).orchestrator.alist_runs(
+            status, int(limit_text), tenant=tenant_filter, user=_filter(request, "user"),
+            session_id=_filter(request, "session_id"))
     except StoreError as exc:
         raise _store_error(exc) from exc
     return JSONResponse({"runs": [r.model_dump(mode="json") for r in runs]})
 
 
-async def read_run(manager: RunManager, run_id: str) -> RunResult:
-    """The run (live when it executes here), or 404."""
+async def read_run(manager: RunManager, run_id: str, tenant: Tenant | None = None) -> RunResult:
+    """The run (live when it executes here), or 404 — for another tenant's run too."""
     try:
         result = await manager.orchestrator.aget_run(run_id)
     except StoreError as exc:
         raise _store_error(exc) from exc
-    if result is None:
-        raise ApiError(404, "run_not_found", f"no run {run_id!r}; GET /v1/runs lists the runs",
-                       details={"run_id": run_id})
+    if result is None or (tenant is not None
+                          and (result.context or {}).get("tenant") != tenant.name):
+        raise _not_found(run_id)
     return result
 
 
 async def get_run(request: Request) -> Response:
-    result = await read_run(_manager(request), request.path_params["run_id"])
+    result = await read_run(_manager(request), request.path_params["run_id"], _tenant(request))
     return JSONResponse(result.to_dict())
+
+
+async def get_session(request: Request) -> Response:
+    session_id = request.path_params["session_id"]
+    tenant = _tenant(request)
+    try:
+        session = await _manager(request).orchestrator.aget_session(
+            session_id, tenant=tenant.name if tenant is not None
+            else request.query_params.get("tenant") or None)
+    except InvalidInput as exc:
+        raise _invalid_input(exc, "session_id") from exc
+    except StoreError as exc:
+        raise _store_error(exc) from exc
+    if session is None:
+        raise ApiError(404, "session_not_found", f"no session {session_id!r}",
+                       details={"session_id": session_id})
+    return JSONResponse(session.model_dump(mode="json"))
 
 
 async def run_events(request: Request) -> Response:
@@ -261,7 +395,7 @@ async def run_events(request: Request) -> Response:
                        f"Last-Event-ID/after: {after_text!r} is not an event number (seq)",
                        details={"fields": [{"field": "after", "problem": "not a number"}]})
     after = int(after_text)
-    result = await read_run(manager, run_id)
+    result = await read_run(manager, run_id, _tenant(request))
     if result.status in FINAL_STATUSES and not await manager.orchestrator.aget_events(
             run_id, after=after):
         return Response(status_code=204)  # nothing more will come: EventSource stops
@@ -272,13 +406,19 @@ async def decide(request: Request) -> Response:
     body = _model(DecisionRequest, await _json_body(request))
     manager = _manager(request)
     run_id, step_id = request.path_params["run_id"], request.path_params["step_id"]
-    current = await read_run(manager, run_id)
+    tenant = _tenant(request)
+    current = await read_run(manager, run_id, tenant)
     pending = {p.step_id for p in current.pending_approvals}
     approval = Approval(approved=body.approved, params=body.params, note=body.note)
     try:
-        handle = await manager.decide(run_id, step_id, approval)
+        handle = await manager.decide(run_id, step_id, approval, tenant=tenant,
+                                      credentials=body.credentials)
     except Busy as exc:
         raise _busy(exc) from exc
+    except CredentialsRequired as exc:
+        raise _credentials_required(exc) from exc
+    except InvalidInput as exc:
+        raise _invalid_input(exc, "credentials") from exc
     except RunNotFound as exc:
         raise ApiError(404, "run_not_found", str(exc), details={"run_id": run_id}) from exc
     except ApprovalError as exc:
@@ -295,10 +435,43 @@ async def decide(request: Request) -> Response:
     return _accepted(request, handle)
 
 
+def _credentials_required(exc: CredentialsRequired) -> ApiError:
+    return ApiError(409, "credentials_required", str(exc),
+                    details={"run_id": exc.run_id, "credentials_for": exc.names})
+
+
+async def resume_run(request: Request) -> Response:
+    """Continue a run whose process stopped (a server restart, a crash) with the per-run
+    credentials it needs again; a run with nothing to do answers its status."""
+    body = _model(ResumeRequest, await _json_body(request))
+    manager = _manager(request)
+    run_id = request.path_params["run_id"]
+    tenant = _tenant(request)
+    await read_run(manager, run_id, tenant)
+    running = manager.orchestrator.active_run(run_id)
+    if running is not None:
+        return _accepted(request, running)
+    try:
+        handle = await manager.resume(run_id, tenant=tenant, credentials=body.credentials)
+    except Busy as exc:
+        raise _busy(exc) from exc
+    except CredentialsRequired as exc:
+        raise _credentials_required(exc) from exc
+    except InvalidInput as exc:
+        raise _invalid_input(exc, "credentials") from exc
+    except RunNotFound as exc:
+        raise _not_found(run_id) from exc
+    except RunLeased as exc:
+        raise ApiError(409, "run_leased", str(exc), details={"run_id": run_id}) from exc
+    except StoreError as exc:
+        raise _store_error(exc) from exc
+    return _accepted(request, handle)
+
+
 async def cancel(request: Request) -> Response:
     manager = _manager(request)
     run_id = request.path_params["run_id"]
-    before = await read_run(manager, run_id)
+    before = await read_run(manager, run_id, _tenant(request))
     if before.status in FINAL_STATUSES:  # cancelled included: a second cancel is refused too
         raise _finished(run_id, before.status)
     try:
@@ -328,4 +501,6 @@ def api_routes() -> list[Route]:
         Route("/v1/runs/{run_id}/events", run_events, methods=["GET"]),
         Route("/v1/runs/{run_id}/approvals/{step_id}", decide, methods=["POST"]),
         Route("/v1/runs/{run_id}/cancel", cancel, methods=["POST"]),
+        Route("/v1/runs/{run_id}/resume", resume_run, methods=["POST"]),
+        Route("/v1/sessions/{session_id}", get_session, methods=["GET"]),
     ]

@@ -39,6 +39,7 @@ from orchestration.server._security import (
     TokenAuth,
     check_token,
 )
+from orchestration.server._tenants import Access, Tenant, read_tenants
 from orchestration.server._ui import ui_routes
 from orchestration.telemetry.serving import MULTIPROC_ENV, multiprocess_registry
 
@@ -73,11 +74,15 @@ def create_app(
     max_body_bytes: int | None = None,
     allowed_hosts: Sequence[str] | None = None,
     close_orchestrator: bool = False,
+    tenants: dict[str, Tenant] | str | None = None,
 ) -> Starlette:
     """The HTTP API (``/v1``), the run viewer (``/ui``), ``/healthz`` and ``/metrics``.
 
     Settings default to the orchestrator's config (``ORCH_SERVE_TOKEN``,
-    ``ORCH_SERVE_MAX_RUNS``, ``ORCH_SERVE_MAX_BODY_BYTES``). ``allowed_hosts`` limits the
+    ``ORCH_SERVE_TOKENS``, ``ORCH_SERVE_MAX_RUNS``, ``ORCH_SERVE_MAX_BODY_BYTES``).
+    ``tenants`` (token hash → :class:`Tenant`, or the text of ``ORCH_SERVE_TOKENS``)
+    makes the server multi-tenant: each caller sees and acts on its own tenant's runs
+    only, within its tenant's limits (docs/context.md). ``allowed_hosts`` limits the
     ``Host`` header (``dagwright serve`` sets the loopback names when it listens on
     loopback without a token, against DNS rebinding). ``close_orchestrator`` closes the
     orchestrator when the app shuts down, for an app that owns it.
@@ -89,7 +94,12 @@ def create_app(
     config = orchestrator.config
     if token is None and config.serve_token is not None:
         token = config.serve_token.get_secret_value() or None
+    if tenants is None and config.serve_tokens is not None:
+        tenants = config.serve_tokens.get_secret_value() or None
+    if isinstance(tenants, str):
+        tenants = read_tenants(tenants)
     check_token(token)
+    access = Access(token, tenants)
     manager = RunManager(orchestrator, max_runs=max_runs or config.serve_max_runs)
 
     @asynccontextmanager
@@ -106,7 +116,7 @@ def create_app(
     middleware = [Middleware(RedactAnswers, redactor=orchestrator.redactor),
                   Middleware(BodyLimit, max_bytes=max_body_bytes or config.serve_max_body_bytes),
                   Middleware(SameOriginWrites),
-                  Middleware(TokenAuth, token=token)]
+                  Middleware(TokenAuth, access=access)]
     if allowed_hosts is not None:
         middleware.insert(0, Middleware(AllowedHosts, allowed=list(allowed_hosts)))
     app = Starlette(
@@ -122,4 +132,5 @@ def create_app(
     )
     app.state.runs = manager
     app.state.token = token
+    app.state.access = access
     return app

@@ -4,7 +4,8 @@ stopped at shutdown so that they stay resumable.
 Every execution the server starts — a new run, a run continued after a person's
 decision, an interrupted run resumed at start — takes one slot from the moment it is
 asked for (so two requests at once cannot both take the last slot) until it ends. Past
-the bound a request gets :class:`Busy` (the API answers 429 with ``Retry-After``).
+the bound a request gets :class:`Busy` (the API answers 429 with ``Retry-After``). On a
+server with tenants, a tenant with ``max_runs`` also holds at most that many slots.
 
 Readers of a run's event stream wait on :meth:`RunManager.watch`; the manager wakes them
 when an execution of that run starts or ends here, so a stream that waited through an
@@ -15,12 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+from typing import Any
 
+from orchestration.credentials import Credentials
 from orchestration.errors import DagwrightError, RunLeased
 from orchestration.handle import RunHandle
 from orchestration.orchestrator import Orchestrator
 from orchestration.result import Approval
+from orchestration.server._tenants import Tenant
 
 __all__ = ["Busy", "RunManager"]
 
@@ -31,13 +36,21 @@ RETRY_AFTER_S = 5
 
 
 class Busy(Exception):
-    """Every slot is taken."""
+    """Every slot is taken: the server's, or the calling tenant's own."""
 
-    def __init__(self, max_runs: int, *, closing: bool = False) -> None:
-        super().__init__("this server is shutting down; try again in a few seconds" if closing
-                         else f"this server already executes {max_runs} runs "
-                         f"(ORCH_SERVE_MAX_RUNS={max_runs}); try again in a few seconds")
+    def __init__(self, max_runs: int, *, closing: bool = False,
+                 tenant: Tenant | None = None) -> None:
+        if closing:
+            message = "this server is shutting down; try again in a few seconds"
+        elif tenant is not None:
+            message = (f"tenant {tenant.name!r} already has {max_runs} runs executing (its "
+                       "max_runs in ORCH_SERVE_TOKENS); try again when one has ended")
+        else:
+            message = (f"this server already executes {max_runs} runs "
+                       f"(ORCH_SERVE_MAX_RUNS={max_runs}); try again in a few seconds")
+        super().__init__(message)
         self.retry_after_s = RETRY_AFTER_S
+        self.tenant = tenant.name if tenant is not None else None
 
 
 class RunManager:
@@ -50,6 +63,8 @@ class RunManager:
         self.recovered: list[str] = []
         """Runs resumed at start because a crash had interrupted them."""
         self._used = 0
+        self._used_by: dict[str, int] = {}
+        """Slots in use by each tenant (a tenant with ``max_runs`` is held to it)."""
         self._executions: dict[str, RunHandle] = {}
         self._watchers: dict[str, set[asyncio.Event]] = {}
         self._slot_freed = asyncio.Event()
@@ -62,51 +77,78 @@ class RunManager:
 
     # --- starting ---------------------------------------------------------------------
     async def start(self, query: str, *, plan: dict[str, object] | None,
-                    run_id: str | None) -> RunHandle:
-        """A new run (or the existing one of ``run_id``: see ``Orchestrator.astart``)."""
-        self._take_slot()
+                    run_id: str | None, tenant: Tenant | None = None,
+                    context: dict[str, Any] | None = None,
+                    credentials: Credentials | None = None,
+                    session_id: str | None = None) -> RunHandle:
+        """A new run (or the existing one of ``run_id``: see ``Orchestrator.astart``),
+        within ``tenant``'s limits: its run slots and its runs' budgets."""
+        self._take_slot(tenant)
         try:
-            handle = await self.orchestrator.astart(query, plan=plan, run_id=run_id)
+            handle = await self.orchestrator.astart(
+                query, plan=plan, run_id=run_id, context=context, credentials=credentials,
+                session_id=session_id, limits=tenant.limits if tenant is not None else None)
         except BaseException:
-            self._free_slot()
+            self._free_slot(tenant)
             raise
-        self._track(handle)
+        self._track(handle, tenant)
         return handle
 
-    async def decide(self, run_id: str, step_id: str, approval: Approval) -> RunHandle:
+    async def decide(self, run_id: str, step_id: str, approval: Approval, *,
+                     tenant: Tenant | None = None,
+                     credentials: Credentials | None = None) -> RunHandle:
         """Apply a person's decision and continue the run in the background."""
-        self._take_slot()
+        return await self.resume(run_id, approvals={step_id: approval}, tenant=tenant,
+                                 credentials=credentials)
+
+    async def resume(self, run_id: str, *, approvals: dict[str, Approval] | None = None,
+                     tenant: Tenant | None = None,
+                     credentials: Credentials | None = None) -> RunHandle:
+        """Continue a run (with decisions, and the credentials it needs) in the background."""
+        self._take_slot(tenant)
         try:
-            handle = await self.orchestrator.astart_resume(run_id, approvals={step_id: approval})
+            handle = await self.orchestrator.astart_resume(run_id, approvals=approvals,
+                                                           credentials=credentials)
         except BaseException:
-            self._free_slot()
+            self._free_slot(tenant)
             raise
-        self._track(handle)
+        self._track(handle, tenant)
         return handle
 
-    def _take_slot(self) -> None:
+    def _take_slot(self, tenant: Tenant | None = None) -> None:
         if self.closing:
             raise Busy(self.max_runs, closing=True)
         if self._used >= self.max_runs:
             raise Busy(self.max_runs)
+        if tenant is not None:
+            used = self._used_by.get(tenant.name, 0)
+            if tenant.max_runs is not None and used >= tenant.max_runs:
+                raise Busy(tenant.max_runs, tenant=tenant)
+            self._used_by[tenant.name] = used + 1
         self._used += 1
 
-    def _free_slot(self) -> None:
+    def _free_slot(self, tenant: Tenant | None = None) -> None:
         self._used -= 1
+        if tenant is not None:
+            left = self._used_by.get(tenant.name, 1) - 1
+            if left > 0:
+                self._used_by[tenant.name] = left
+            else:
+                self._used_by.pop(tenant.name, None)
         self._slot_freed.set()
 
-    def _track(self, handle: RunHandle) -> None:
+    def _track(self, handle: RunHandle, tenant: Tenant | None = None) -> None:
         if handle.done():  # nothing to execute (a finished run id, a run that still waits)
-            self._free_slot()
+            self._free_slot(tenant)
             return
         self._executions[handle.run_id] = handle
         self._wake(handle.run_id)
-        handle.add_done_callback(self._ended)
+        handle.add_done_callback(functools.partial(self._ended, tenant))
 
-    def _ended(self, handle: RunHandle) -> None:
+    def _ended(self, tenant: Tenant | None, handle: RunHandle) -> None:
         if self._executions.get(handle.run_id) is handle:
             del self._executions[handle.run_id]
-        self._free_slot()
+        self._free_slot(tenant)
         self._wake(handle.run_id)
 
     # --- after a crash ----------------------------------------------------------------

@@ -21,8 +21,6 @@ Three small ASGI middlewares, outermost first in ``create_app``:
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import ipaddress
 from urllib.parse import quote
 
@@ -32,10 +30,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from orchestration.errors import ConfigError
 from orchestration.server._errors import error_response
+from orchestration.server._tenants import Access, Caller, Tenant, session_value
 
-__all__ = ["LOOPBACK_HOSTS", "SESSION_COOKIE", "AllowedHosts", "BodyLimit", "SameOriginWrites",
-           "TokenAuth",
-           "check_exposure", "check_token", "is_loopback", "session_value"]
+__all__ = ["CALLER", "LOOPBACK_HOSTS", "SESSION_COOKIE", "AllowedHosts", "BodyLimit",
+           "SameOriginWrites", "TokenAuth", "caller_tenant", "check_exposure", "check_token",
+           "is_loopback", "session_value"]
 
 SESSION_COOKIE = "dagwright_session"
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
@@ -73,26 +72,28 @@ def check_exposure(host: str, token: str | None, insecure: bool) -> None:
             "network itself is protected")
 
 
-def session_value(token: str) -> str:
-    """What the viewer's session cookie holds: an HMAC of the token, so a stolen cookie
-    does not reveal the token (it still opens the viewer, like the token)."""
-    return hmac.new(token.encode(), b"dagwright-ui-session", hashlib.sha256).hexdigest()
+CALLER = "dagwright.caller"
+"""The scope key under which :class:`TokenAuth` leaves who the request comes from (a
+:class:`~orchestration.server._tenants.Caller`): its tenant, on a server with tenants."""
 
 
-def _same(given: str, expected: str) -> bool:
-    return hmac.compare_digest(given.encode(), expected.encode())
+def caller_tenant(scope: Scope) -> Tenant | None:
+    """The tenant a request comes from (None: a single-tenant server)."""
+    caller = scope.get(CALLER)
+    return caller.tenant if isinstance(caller, Caller) else None
 
 
 class TokenAuth:
-    """With a token, ``/v1`` and ``/ui`` need the bearer token or the session cookie."""
+    """With a token (or tenants' tokens), ``/v1`` and ``/ui`` need a bearer token or the
+    session cookie; who the caller is goes into the scope (:data:`CALLER`)."""
 
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
+    def __init__(self, app: ASGIApp, token: str | None = None,
+                 access: Access | None = None) -> None:
         self.app = app
-        self.token = token
-        self.session = session_value(token) if token is not None else None
+        self.access = access if access is not None else Access(token)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self.token is None or self.session is None:
+        if scope["type"] != "http" or not self.access.required:
             await self.app(scope, receive, send)
             return
         path = scope["path"]
@@ -101,11 +102,12 @@ class TokenAuth:
             return
         headers = Headers(scope=scope)
         scheme, _, value = headers.get("authorization", "").partition(" ")
-        if scheme.lower() == "bearer" and _same(value.strip(), self.token):
-            await self.app(scope, receive, send)
-            return
-        cookie = _cookie(headers.get("cookie", ""), SESSION_COOKIE)
-        if cookie is not None and _same(cookie, self.session):
+        caller = self.access.by_token(value.strip()) if scheme.lower() == "bearer" else None
+        if caller is None:
+            cookie = _cookie(headers.get("cookie", ""), SESSION_COOKIE)
+            caller = self.access.by_cookie(cookie) if cookie is not None else None
+        if caller is not None:
+            scope[CALLER] = caller
             await self.app(scope, receive, send)
             return
         await self._refuse(scope, headers)(scope, receive, send)
@@ -123,8 +125,8 @@ class TokenAuth:
                                     status_code=303, headers={"Cache-Control": "no-store"})
         return error_response(401, "unauthorized",
                               "this server needs a bearer token (the value of "
-                              "ORCH_SERVE_TOKEN) in the header Authorization, after "
-                              "'Bearer '", headers=challenge)
+                              "ORCH_SERVE_TOKEN, or a token of ORCH_SERVE_TOKENS) in the "
+                              "header Authorization, after 'Bearer '", headers=challenge)
 
 
 def _cookie(header: str, name: str) -> str | None:

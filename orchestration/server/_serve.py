@@ -20,6 +20,7 @@ from orchestration.logging_setup import configure_logging
 from orchestration.orchestrator import Orchestrator
 from orchestration.server._app import create_app
 from orchestration.server._security import LOOPBACK_HOSTS, check_exposure, check_token, is_loopback
+from orchestration.server._tenants import Access, read_tenants
 
 __all__ = ["serve"]
 
@@ -58,18 +59,24 @@ def serve(*, host: str | None = None, port: int | None = None, insecure: bool = 
     token = config.serve_token.get_secret_value() if config.serve_token is not None else None
     token = token or None
     check_token(token)
-    check_exposure(host, token, insecure)
+    tokens = config.serve_tokens.get_secret_value() if config.serve_tokens is not None else ""
+    tenants = read_tenants(tokens) if tokens.strip() else None
+    Access(token, tenants)  # both set is refused here, before anything starts
+    guarded = token is not None or tenants is not None
+    check_exposure(host, token if tenants is None else "tenants", insecure)
     configure_logging(config)
     orchestrator = Orchestrator.from_env(config=config)
     sock = _bind(host, port)
     try:
-        app = create_app(orchestrator, token=token, close_orchestrator=True,
-                         allowed_hosts=LOOPBACK_HOSTS if token is None and is_loopback(host)
+        app = create_app(orchestrator, token=token, close_orchestrator=True, tenants=tenants,
+                         allowed_hosts=LOOPBACK_HOSTS if not guarded and is_loopback(host)
                          else None)
         shown = f"[{host}]" if ":" in host else host
         actual = sock.getsockname()[1]
-        out.write(f"dagwright serve: http://{shown}:{actual}/ui/ (API under /v1; "
-                  f"{'a bearer token is required' if token else 'no token'}; "
+        needed = (f"{len({t.name for t in tenants.values()})} tenant(s), each with its own "
+                  "bearer token" if tenants else "a bearer token is required" if token
+                  else "no token")
+        out.write(f"dagwright serve: http://{shown}:{actual}/ui/ (API under /v1; {needed}; "
                   f"at most {config.serve_max_runs} runs at once)\n")
         out.flush()
         server = uvicorn.Server(uvicorn.Config(

@@ -10,7 +10,6 @@ sent with every page enforces.
 
 from __future__ import annotations
 
-import hmac
 import time
 from typing import Any
 from urllib.parse import parse_qs
@@ -27,7 +26,8 @@ from orchestration.server._dag import NODE_H, NODE_W
 from orchestration.server._errors import ApiError
 from orchestration.server._redacting import redacted_events, redacted_result
 from orchestration.server._runs import RunManager
-from orchestration.server._security import SESSION_COOKIE, session_value
+from orchestration.server._security import SESSION_COOKIE, caller_tenant
+from orchestration.server._tenants import Access
 from orchestration.server._view import BAR_W, run_view
 
 __all__ = ["PAGE_HEADERS", "ui_routes"]
@@ -67,21 +67,24 @@ async def runs_page(request: Request) -> Response:
     if status not in (None, *RUN_STATUSES):
         status = None
     manager = _manager(request)
+    tenant = caller_tenant(request.scope)
     try:
-        runs = await manager.orchestrator.alist_runs(status, 100)
+        runs = await manager.orchestrator.alist_runs(
+            status, 100, tenant=tenant.name if tenant is not None else None)
     except StoreError as exc:
         return _render(request, "error.html", 503, title="run store unavailable",
                        message=manager.orchestrator.redactor.redact(str(exc)))
     statuses: list[RunStatus] = list(RUN_STATUSES)
     return _render(request, "runs.html", runs=runs, status=status, statuses=statuses,
-                   active=manager.active, max_runs=manager.max_runs)
+                   active=manager.active, max_runs=manager.max_runs,
+                   tenant=tenant.name if tenant is not None else None)
 
 
 async def run_page(request: Request) -> Response:
     manager = _manager(request)
     run_id = request.path_params["run_id"]
     try:
-        result = await read_run(manager, run_id)
+        result = await read_run(manager, run_id, caller_tenant(request.scope))
     except ApiError as exc:
         return _render(request, "error.html", exc.status, title="run not found"
                        if exc.status == 404 else "run unavailable",
@@ -124,20 +127,21 @@ def _next_page(target: str | None) -> str:
 
 
 async def login(request: Request) -> Response:
-    token: str | None = request.app.state.token
+    access: Access = request.app.state.access
     root = request.scope.get("root_path", "")
     if request.method == "GET":
         return _render(request, "login.html", next=_next_page(request.query_params.get("next")),
-                       needed=token is not None, failed=False)
+                       needed=access.required, failed=False)
     form = parse_qs((await request.body()).decode("utf-8", "replace"))
     target = _next_page((form.get("next") or [""])[0])
     given = (form.get("token") or [""])[0]
-    if token is None:
+    if not access.required:
         return RedirectResponse(root + target, status_code=303)
-    if not hmac.compare_digest(given.encode(), token.encode()):
+    cookie = access.cookie_for(given)
+    if cookie is None:
         return _render(request, "login.html", 401, next=target, needed=True, failed=True)
     response = RedirectResponse(root + target, status_code=303)
-    response.set_cookie(SESSION_COOKIE, session_value(token), httponly=True, samesite="strict",
+    response.set_cookie(SESSION_COOKIE, cookie, httponly=True, samesite="strict",
                         secure=request.url.scheme == "https", path=root or "/")
     return response
 

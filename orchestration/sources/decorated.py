@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from orchestration.context import ApprovalCondition
 from orchestration.errors import CatalogError, ToolFailed
 from orchestration.protocol import ErrorCategory
 from orchestration.sources._schema_from_hints import (
@@ -78,7 +79,7 @@ def register_function(
     timeout_s: float | None,
     run_in_thread: bool,
     examples: list[dict[str, Any]] | None,
-    requires_approval: bool = False,
+    requires_approval: bool | ApprovalCondition = False,
 ) -> Capability:
     """Derive the schemas of ``fn`` and add it to ``catalog`` (the ``@catalog.tool`` body)."""
     if not callable(fn):

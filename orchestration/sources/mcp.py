@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -88,6 +89,8 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 MAX_LIST_PAGES = 100
 LIST_TIMEOUT_S = 30.0
 CLOSE_TIMEOUT_S = 3.0
+MAX_CREDENTIALED_SESSIONS = 32
+"""Sessions opened with runs' own credentials kept open at once (per server)."""
 CALL_GRACE_S = 1.0  # the caller's own timer waits this much longer than the SDK's
 
 # JSON-RPC error codes (the MCP SDK's names)
@@ -295,8 +298,11 @@ def error_from_mcp_error(exc: MCPError, *, auth_status: int | None = None) -> St
 class _Session:
     """One open connection, held by its owner task on the runtime loop."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop,
+                 headers: Mapping[str, str] | None = None) -> None:
         self.loop = loop
+        self.headers = headers
+        """A run's own headers for this session (None: the source's)."""
         self.client: Client | None = None
         self.stop = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
@@ -364,6 +370,10 @@ class MCPServerSource:
         self.overrides = {str(k): dict(v) for k, v in (overrides or {}).items()}
         self.runtime = runtime
         self._session: _Session | None = None
+        # sessions opened with a run's own credentials (an HTTP server's per-user auth),
+        # by a digest of those headers, least recently used first: a server may tie a
+        # session to whom it authenticated, so runs with other credentials never share one
+        self._credentialed: collections.OrderedDict[str, _Session] = collections.OrderedDict()
         self._open_lock: asyncio.Lock | None = None
         self._lock_loop: asyncio.AbstractEventLoop | None = None
         self._auth_status: int | None = None
@@ -449,10 +459,13 @@ class MCPServerSource:
             raise CatalogError(f"tool {tool.name!r}: {problems}") from exc
 
     # --- calling ------------------------------------------------------------------
-    async def call_tool(self, tool_name: str, params: dict[str, Any], timeout_s: float) -> CallResult:
-        """One ``tools/call`` on the runtime loop, every outcome classified."""
+    async def call_tool(self, tool_name: str, params: dict[str, Any], timeout_s: float,
+                        credentials: Mapping[str, str] | None = None) -> CallResult:
+        """One ``tools/call`` on the runtime loop, every outcome classified; with a run's
+        ``credentials``, on a session opened with those headers in place of the source's."""
         try:
-            client = await self._client()
+            client = (await self._credentialed_client(credentials) if credentials
+                      else await self._client())
         except _Unavailable as exc:
             if exc.http_status in (401, 403):
                 return CallResult(error=StepError(
@@ -527,8 +540,36 @@ class MCPServerSource:
             assert self._session.client is not None
             return self._session.client
 
-    async def _open(self, loop: asyncio.AbstractEventLoop) -> _Session:
-        session = _Session(loop)
+    async def _credentialed_client(self, credentials: Mapping[str, str]) -> Client:
+        """The client of the session opened with ``credentials`` (opened now if there is
+        none alive); at most :data:`MAX_CREDENTIALED_SESSIONS` are kept, the least
+        recently used closed first."""
+        loop = asyncio.get_running_loop()
+        key = hashlib.sha256(json.dumps(sorted(credentials.items())).encode()).hexdigest()
+        session = self._credentialed.get(key)
+        if session is not None and session.alive and session.loop is loop:
+            self._credentialed.move_to_end(key)
+            assert session.client is not None
+            return session.client
+        if session is not None:
+            del self._credentialed[key]
+            if session.loop is loop:
+                await self._close_session(session)
+        replaced = {name.lower() for name in credentials}
+        headers = {**{k: v for k, v in self.headers.items() if k.lower() not in replaced},
+                   **credentials}
+        session = await self._open(loop, headers)
+        self._credentialed[key] = session
+        while len(self._credentialed) > MAX_CREDENTIALED_SESSIONS:
+            _, oldest = self._credentialed.popitem(last=False)
+            if oldest.loop is loop:
+                await self._close_session(oldest)
+        assert session.client is not None
+        return session.client
+
+    async def _open(self, loop: asyncio.AbstractEventLoop,
+                    headers: Mapping[str, str] | None = None) -> _Session:
+        session = _Session(loop, headers)
         ready: asyncio.Future[Client] = loop.create_future()
         session.task = asyncio.create_task(self._own(session, ready), name=self.label)
         self._auth_status = None
@@ -578,7 +619,8 @@ class MCPServerSource:
                 if response.status_code in (401, 403):
                     self._auth_status = response.status_code
 
-            http = httpx2.AsyncClient(headers=self.headers,
+            http = httpx2.AsyncClient(headers=dict(session.headers) if session.headers
+                                      is not None else self.headers,
                                       timeout=httpx2.Timeout(30.0, read=300.0),
                                       event_hooks={"response": [remember_status]})
             await stack.enter_async_context(http)
@@ -609,10 +651,16 @@ class MCPServerSource:
         session.alive = False
 
     async def aclose(self) -> None:
-        """Close the session (bounded: the owner is cancelled if it does not stop)."""
+        """Close the sessions (bounded: the owner is cancelled if it does not stop)."""
         session, self._session = self._session, None
-        if session is not None and session.loop is asyncio.get_running_loop():
+        loop = asyncio.get_running_loop()
+        if session is not None and session.loop is loop:
             await self._close_session(session)
+        credentialed = list(self._credentialed.values())
+        self._credentialed.clear()
+        for other in credentialed:
+            if other.loop is loop:
+                await self._close_session(other)
         self._open_lock = None
 
 
@@ -623,14 +671,21 @@ class MCPToolInvoker:
         self.source = source
         self.tool_name = tool_name
 
+    @property
+    def accepts_credentials(self) -> bool:
+        """A server over HTTP takes a run's own headers (a session of their own)."""
+        return self.source.url is not None
+
     async def call(
-        self, params: dict[str, Any], *, timeout_s: float, headers: Mapping[str, str]
+        self, params: dict[str, Any], *, timeout_s: float, headers: Mapping[str, str],
+        credentials: Mapping[str, str] | None = None,
     ) -> CallResult:
-        """One call; ``headers`` (trace context) have no place in an MCP request."""
+        """One call; ``headers`` (trace context) have no place in an MCP request;
+        ``credentials`` (a run's own, HTTP servers only) open a session of their own."""
         try:
             async with asyncio.timeout(timeout_s + CALL_GRACE_S):
                 return await self.source.runtime.run(
-                    self.source.call_tool(self.tool_name, params, timeout_s))
+                    self.source.call_tool(self.tool_name, params, timeout_s, credentials))
         except TimeoutError:
             return CallResult(error=StepError(
                 category=ErrorCategory.TIMEOUT, code="TOOL_TIMEOUT", source=ErrorSource.TRANSPORT,

@@ -42,11 +42,12 @@ __all__ = [
     "SaveEvent",
     "SaveRun",
     "SaveStep",
+    "SessionRecord",
     "StoredRun",
     "Write",
 ]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Bumped when the stored layout changes; stores migrate older layouts on open."""
 
 
@@ -61,6 +62,21 @@ class RunSummary(BaseModel):
     steps: dict[str, int] = Field(default_factory=dict)
     """Finished steps by status, e.g. ``{"succeeded": 3, "failed": 1}``."""
     error: str | None = None
+    context: dict[str, Any] | None = None
+    """Who the run is for (``tenant``, ``user``, ...)."""
+    session: str | None = None
+    session_run: int | None = None
+
+
+class SessionRecord(BaseModel):
+    """A session as the store keeps it: its id within its tenant, how many runs it has
+    numbered, when it began and when its last run was numbered."""
+
+    session_id: str
+    tenant: str | None = None
+    runs: int = 0
+    created_at: float
+    updated_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +134,21 @@ class SaveRun:
     state_json: str
     steps: dict[str, int]
     error: str | None
+    context: dict[str, Any] | None = None
+    """Set when the run is created and never changed (the record's columns for
+    filtering: tenant, user, session)."""
+    session_id: str | None = None
+    session_run: int | None = None
+
+    @property
+    def tenant(self) -> str | None:
+        value = (self.context or {}).get("tenant")
+        return value if isinstance(value, str) else None
+
+    @property
+    def user(self) -> str | None:
+        value = (self.context or {}).get("user")
+        return value if isinstance(value, str) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,14 +195,16 @@ class SaveEvent:
     type: EventType
     at: float
     data: dict[str, Any]
+    context: dict[str, Any] | None = None
+    """The run's context (stored with the run, not with each event)."""
 
     @classmethod
     def of(cls, event: RunEvent) -> SaveEvent:
-        return cls(event.run_id, event.seq, event.type, event.at, event.data)
+        return cls(event.run_id, event.seq, event.type, event.at, event.data, event.context)
 
     def to_event(self) -> RunEvent:
         return RunEvent(run_id=self.run_id, seq=self.seq, type=self.type, at=self.at,
-                        data=self.data)
+                        data=self.data, context=self.context)
 
 
 Write = SaveRun | SaveStep | SaveAttempt | CallStarted | CallFinished | SaveEvent
@@ -221,7 +254,18 @@ class RunStore(Protocol):
     async def release(self, run_id: str, *, owner: str) -> None:
         """Let go of the run if ``owner`` still holds it."""
 
-    async def list_runs(self, *, status: str | None, limit: int) -> list[RunSummary]: ...
+    async def list_runs(self, *, status: str | None, limit: int, tenant: str | None = None,
+                        user: str | None = None,
+                        session_id: str | None = None) -> list[RunSummary]:
+        """Recent runs, newest first; each filter given narrows the list (``tenant`` and
+        ``user`` are the context's; ``session_id`` lists a session's runs)."""
+
+    async def next_session_run(self, tenant: str | None, session_id: str) -> int:
+        """Number the next run of the session ``(tenant, session_id)`` — 1 for a new
+        session, which this creates — atomically, so two runs never share a number."""
+
+    async def get_session(self, tenant: str | None, session_id: str) -> SessionRecord | None:
+        """The session ``(tenant, session_id)``; None if it has numbered no run."""
 
     async def delete_finished_before(self, cutoff: float) -> int:
         """Delete finished runs that ended before ``cutoff``; how many were deleted."""

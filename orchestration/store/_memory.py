@@ -25,6 +25,7 @@ from orchestration.store._base import (
     SaveEvent,
     SaveRun,
     SaveStep,
+    SessionRecord,
     StoredRun,
     Write,
 )
@@ -54,6 +55,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self._runs: dict[str, _Run] = {}
         self._payloads: dict[tuple[str, str], bytes] = {}
+        self._sessions: dict[tuple[str, str], SessionRecord] = {}
 
     async def open(self) -> None:
         return None
@@ -82,7 +84,10 @@ class MemoryStore:
             if run is None:
                 continue
             if isinstance(op, SaveRun):
-                run.record = op
+                # what the run was created with (context, session) never changes
+                run.record = replace(op, context=run.record.context,
+                                     session_id=run.record.session_id,
+                                     session_run=run.record.session_run)
             elif isinstance(op, SaveStep):
                 run.steps[op.result.id] = op.result
                 for key in [k for k in run.attempts if k[0] == op.result.id]:
@@ -121,7 +126,10 @@ class MemoryStore:
 
     async def load_events(self, run_id: str, *, after: int = 0) -> list[RunEvent]:
         run = self._runs.get(run_id)
-        return [] if run is None else [e.to_event() for e in run.events if e.seq > after]
+        if run is None:
+            return []
+        context = run.record.context
+        return [replace(e, context=context).to_event() for e in run.events if e.seq > after]
 
     async def acquire(self, run_id: str, *, owner: str, lease_s: float,
                       steal_from: str | None = None) -> Lease | None:
@@ -141,13 +149,36 @@ class MemoryStore:
         if run is not None and run.lease_owner == owner:
             run.lease_owner, run.lease_until = None, None
 
-    async def list_runs(self, *, status: str | None, limit: int) -> list[RunSummary]:
+    async def list_runs(self, *, status: str | None, limit: int, tenant: str | None = None,
+                        user: str | None = None,
+                        session_id: str | None = None) -> list[RunSummary]:
         records = [r.record for r in self._runs.values()
-                   if status is None or r.record.status == status]
-        records.sort(key=lambda r: r.started_at, reverse=True)
+                   if (status is None or r.record.status == status)
+                   and (tenant is None or (r.record.tenant or "") == tenant)
+                   and (user is None or r.record.user == user)
+                   and (session_id is None or r.record.session_id == session_id)]
+        if session_id is not None:
+            records.sort(key=lambda r: r.session_run or 0, reverse=True)
+        else:
+            records.sort(key=lambda r: r.started_at, reverse=True)
         return [RunSummary(run_id=r.run_id, query=r.query, status=r.status,
                            started_at=r.started_at, finished_at=r.finished_at,
-                           steps=dict(r.steps), error=r.error) for r in records[:limit]]
+                           steps=dict(r.steps), error=r.error, context=r.context,
+                           session=r.session_id, session_run=r.session_run)
+                for r in records[:limit]]
+
+    async def next_session_run(self, tenant: str | None, session_id: str) -> int:
+        key = (tenant or "", session_id)
+        now = time.time()
+        found = self._sessions.get(key)
+        runs = (found.runs if found is not None else 0) + 1
+        self._sessions[key] = SessionRecord(
+            session_id=session_id, tenant=tenant or None, runs=runs,
+            created_at=found.created_at if found is not None else now, updated_at=now)
+        return runs
+
+    async def get_session(self, tenant: str | None, session_id: str) -> SessionRecord | None:
+        return self._sessions.get((tenant or "", session_id))
 
     async def delete_finished_before(self, cutoff: float) -> int:
         old = [rid for rid, r in self._runs.items() if r.record.status in _FINISHED

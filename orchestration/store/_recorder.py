@@ -100,7 +100,8 @@ def snapshot(state: RunState, plan_json: str | None = None) -> SaveRun:
         run_id=state.run_id, query=state.query, status=state.status,
         started_at=state.started_at, finished_at=state.finished_at,
         state_json='{"plan": ' + plan_json + ", " + rest[1:],
-        steps=counts, error=state.error,
+        steps=counts, error=state.error, context=state.context,
+        session_id=state.session, session_run=state.session_run,
     )
 
 

@@ -49,6 +49,7 @@ from orchestration.store._base import (
     SaveEvent,
     SaveRun,
     SaveStep,
+    SessionRecord,
     StoredRun,
     Write,
 )
@@ -58,7 +59,7 @@ __all__ = ["PostgresStore", "SqliteStore", "masked_url"]
 Statement = tuple[str, Sequence[Any]]
 
 _TABLES = ("dagwright_meta", "dagwright_runs", "dagwright_steps", "dagwright_attempts",
-           "dagwright_calls", "dagwright_events", "dagwright_payloads")
+           "dagwright_calls", "dagwright_events", "dagwright_payloads", "dagwright_sessions")
 
 # Version 1 of the layout. A later version adds a migration step to _MIGRATIONS.
 _SCHEMA_V1 = (
@@ -98,6 +99,22 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         """CREATE TABLE IF NOT EXISTS dagwright_payloads (
             run_id TEXT NOT NULL, key TEXT NOT NULL, data TEXT NOT NULL,
             PRIMARY KEY (run_id, key))""",
+    ),
+    4: (  # version 5: runs in context (tenant, user, the whole context as JSON) and in
+        # sessions; a session numbers its runs within its tenant ('' for none)
+        "ALTER TABLE dagwright_runs ADD COLUMN tenant TEXT",
+        "ALTER TABLE dagwright_runs ADD COLUMN user_id TEXT",
+        "ALTER TABLE dagwright_runs ADD COLUMN context TEXT",
+        "ALTER TABLE dagwright_runs ADD COLUMN session_id TEXT",
+        "ALTER TABLE dagwright_runs ADD COLUMN session_run INTEGER",
+        "CREATE INDEX IF NOT EXISTS dagwright_runs_tenant ON dagwright_runs "
+        "(tenant, user_id, started_at)",
+        "CREATE INDEX IF NOT EXISTS dagwright_runs_session ON dagwright_runs "
+        "(tenant, session_id, session_run)",
+        """CREATE TABLE IF NOT EXISTS dagwright_sessions (
+            tenant TEXT NOT NULL, session_id TEXT NOT NULL, runs INTEGER NOT NULL,
+            created_at DOUBLE PRECISION NOT NULL, updated_at DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (tenant, session_id))""",
     ),
 }
 """Statements that bring a layout of version ``n`` to ``n + 1`` (a new store is created at
@@ -328,11 +345,15 @@ class _SQLStore(ABC):
         (count,), _ = await self._transaction([(
             "INSERT INTO dagwright_runs (run_id, query, status, started_at, finished_at, "
             "updated_at, state, steps, error, lease_owner, lease_expires_at, "
-            "lease_generation, lease_clock) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-            "dagwright_now() + ?, 1, dagwright_clock()) ON CONFLICT (run_id) DO NOTHING",
+            "lease_generation, lease_clock, tenant, user_id, context, session_id, "
+            "session_run) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+            "dagwright_now() + ?, 1, dagwright_clock(), ?, ?, ?, ?, ?) "
+            "ON CONFLICT (run_id) DO NOTHING",
             (write.run_id, write.query, write.status, write.started_at, write.finished_at,
              time.time(), write.state_json, json.dumps(write.steps), write.error, owner,
-             lease_s))])
+             lease_s, write.tenant or "", write.user,
+             json.dumps(write.context) if write.context else None, write.session_id,
+             write.session_run))])
         return Lease(write.run_id, owner, 1) if count == 1 else None
 
     async def write(self, batch: list[Write], *, lease: Lease | None = None,
@@ -375,7 +396,13 @@ class _SQLStore(ABC):
         rows = await self._fetch(
             "SELECT seq, type, at, data FROM dagwright_events WHERE run_id = ? AND seq > ? "
             "ORDER BY seq", (run_id, after))
-        return [RunEvent(run_id=run_id, seq=seq, type=kind, at=at, data=json.loads(data))
+        if not rows:
+            return []
+        found = await self._fetch("SELECT context FROM dagwright_runs WHERE run_id = ?",
+                                  (run_id,))
+        context = json.loads(found[0][0]) if found and found[0][0] else None
+        return [RunEvent(run_id=run_id, seq=seq, type=kind, at=at, data=json.loads(data),
+                         context=context)
                 for seq, kind, at, data in rows]
 
     async def acquire(self, run_id: str, *, owner: str, lease_s: float,
@@ -397,13 +424,45 @@ class _SQLStore(ABC):
             "UPDATE dagwright_runs SET lease_owner = NULL, lease_expires_at = NULL "
             "WHERE run_id = ? AND lease_owner = ?", (run_id, owner))])
 
-    async def list_runs(self, *, status: str | None, limit: int) -> list[RunSummary]:
-        where, params = ("WHERE status = ? ", (status, limit)) if status else ("", (limit,))
+    async def list_runs(self, *, status: str | None, limit: int, tenant: str | None = None,
+                        user: str | None = None,
+                        session_id: str | None = None) -> list[RunSummary]:
+        filters = [(column, value) for column, value in (
+            ("status", status), ("tenant", tenant), ("user_id", user),
+            ("session_id", session_id)) if value is not None]
+        where = ("WHERE " + " AND ".join(f"{column} = ?" for column, _ in filters) + " "
+                 if filters else "")
+        order = "session_run DESC" if session_id is not None else "started_at DESC"
         rows = await self._fetch(
-            "SELECT run_id, query, status, started_at, finished_at, steps, error "
-            f"FROM dagwright_runs {where}ORDER BY started_at DESC LIMIT ?", params)
+            "SELECT run_id, query, status, started_at, finished_at, steps, error, context, "
+            f"session_id, session_run FROM dagwright_runs {where}ORDER BY {order} LIMIT ?",
+            (*(value for _, value in filters), limit))
         return [RunSummary(run_id=r[0], query=r[1], status=r[2], started_at=r[3],
-                           finished_at=r[4], steps=json.loads(r[5]), error=r[6]) for r in rows]
+                           finished_at=r[4], steps=json.loads(r[5]), error=r[6],
+                           context=json.loads(r[7]) if r[7] else None, session=r[8],
+                           session_run=r[9]) for r in rows]
+
+    async def next_session_run(self, tenant: str | None, session_id: str) -> int:
+        now = time.time()
+        _, rows = await self._transaction([
+            ("INSERT INTO dagwright_sessions (tenant, session_id, runs, created_at, updated_at) "
+             "VALUES (?, ?, 0, ?, ?) ON CONFLICT (tenant, session_id) DO NOTHING",
+             (tenant or "", session_id, now, now)),
+            ("UPDATE dagwright_sessions SET runs = runs + 1, updated_at = ? "
+             "WHERE tenant = ? AND session_id = ? RETURNING runs",
+             (now, tenant or "", session_id)),
+        ])
+        return int(rows[0][0])
+
+    async def get_session(self, tenant: str | None, session_id: str) -> SessionRecord | None:
+        rows = await self._fetch(
+            "SELECT runs, created_at, updated_at FROM dagwright_sessions "
+            "WHERE tenant = ? AND session_id = ?", (tenant or "", session_id))
+        if not rows:
+            return None
+        runs, created, updated = rows[0]
+        return SessionRecord(session_id=session_id, tenant=tenant or None, runs=int(runs),
+                             created_at=created, updated_at=updated)
 
     async def delete_finished_before(self, cutoff: float) -> int:
         marks = ", ".join("?" for _ in _FINISHED)
@@ -414,8 +473,12 @@ class _SQLStore(ABC):
               for table in ("dagwright_steps", "dagwright_attempts", "dagwright_calls",
                             "dagwright_events", "dagwright_payloads")),
             (f"DELETE FROM dagwright_runs WHERE run_id IN ({old})", params),
+            # a session none of whose runs is left, idle since the cutoff
+            ("DELETE FROM dagwright_sessions WHERE updated_at < ? AND NOT EXISTS (SELECT 1 "
+             "FROM dagwright_runs r WHERE r.session_id = dagwright_sessions.session_id AND "
+             "r.tenant = dagwright_sessions.tenant)", (cutoff,)),
         ])
-        return counts[-1]
+        return counts[-2]
 
     async def put_payloads(self, run_id: str, payloads: dict[str, bytes]) -> None:
         if payloads:

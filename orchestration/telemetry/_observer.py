@@ -39,6 +39,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from orchestration._text import clip
 from orchestration._version import __version__
+from orchestration.context import span_attributes
 from orchestration.errors import LLMError
 from orchestration.logging_setup import enter_log_context, exit_log_context, get_logger, log_context
 from orchestration.telemetry import _tracing as attr
@@ -156,8 +157,11 @@ class Observer:
         """The run's span (``invoke_agent dagwright``, the conventions' internal agent
         span: the agent runs in this process) and logging scope."""
         started = time.perf_counter()
+        context = attr.redact_attributes(attr.clean_attributes(span_attributes(state.context)),
+                                         self.redactor) or {}
         with (
             log_context(run_id=state.run_id, redactor=self.redactor),
+            attr.scoped_run_attributes(context),
             self.telemetry.tracer.start_as_current_span(
                 f"{attr.OP_INVOKE_AGENT} {attr.AGENT_NAME}", kind=SpanKind.INTERNAL,
                 attributes=attr.clean_attributes({
@@ -483,7 +487,8 @@ class StepObservation:
             # ids hold only letters, digits, '_', '-', '.', ':': the call id is the two
             # redacted ids joined, not a new text a secret could hide in
             span.set_attributes({
-                **profile.span_attributes, attr.GEN_AI_TOOL_CALL_ID: f"{run_shown}:{step_shown}",
+                **attr.run_attributes(), **profile.span_attributes,
+                attr.GEN_AI_TOOL_CALL_ID: f"{run_shown}:{step_shown}",
                 attr.RUN_ID: run_shown, attr.STEP_ID: step_shown})
             self._call_context = trace.set_span_in_context(span)
             self._otel_token = otel_context.attach(self._call_context)
@@ -535,7 +540,8 @@ class StepObservation:
     def _call_span(self, number: int, layer: str, resends: int,
                    start_time: int | None = None) -> Span:
         profile = self._profile
-        attributes = {**profile.call_attributes, attr.RUN_ID: self._observer.shown_id(self.run_id),
+        attributes = {**attr.run_attributes(), **profile.call_attributes,
+                      attr.RUN_ID: self._observer.shown_id(self.run_id),
                       attr.STEP_ID: self._observer.shown_id(self.step.id),
                       attr.LAYER: layer, attr.ATTEMPT: number}
         if resends and self.capability.url is not None:

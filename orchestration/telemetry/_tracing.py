@@ -23,6 +23,8 @@ from __future__ import annotations
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -106,6 +108,27 @@ _INFO_EVENTS = frozenset({
     "contextual_re_resolution.start", "contextual_re_resolution.complete",
     "transient_override", "resilience_retry", "plan_attempt", "plan_rejected",
 })
+
+
+_RUN_ATTRIBUTES: ContextVar[Mapping[str, Any]] = ContextVar("dagwright_run_attributes",
+                                                            default=MappingProxyType({}))
+"""The attributes every span of the current run carries (its context, redacted): set
+once for the run's task by ``Observer.run``, read by every span started under it."""
+
+
+def run_attributes() -> Mapping[str, Any]:
+    """The current run's attributes for a span (its context): empty outside a run."""
+    return _RUN_ATTRIBUTES.get()
+
+
+@contextmanager
+def scoped_run_attributes(attributes: Mapping[str, Any]) -> Iterator[None]:
+    """Every span started in this block (and in tasks it starts) carries ``attributes``."""
+    token = _RUN_ATTRIBUTES.set(MappingProxyType(dict(attributes)))
+    try:
+        yield
+    finally:
+        _RUN_ATTRIBUTES.reset(token)
 
 
 def get_tracer(provider: TracerProviderAPI | None = None) -> DagwrightTracer:
@@ -268,6 +291,9 @@ class DagwrightTracer(Tracer):
         redacted_name = current_redactor().redact(name)
         if redacted_name != name:
             span.update_name(redacted_name)
+        own = _RUN_ATTRIBUTES.get()
+        if own:
+            span.set_attributes(own)  # the run's context, redacted once for the run
         if attributes:
             span.set_attributes(redact_attributes(attributes) or {})
         return RedactingSpan(span)

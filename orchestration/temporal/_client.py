@@ -34,6 +34,7 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from orchestration._events import EventCallback
+from orchestration._facade.inputs import RunInputs
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import (
     ApprovalError,
@@ -45,6 +46,7 @@ from orchestration.errors import (
 from orchestration.events import RunEvent
 from orchestration.plan import Plan
 from orchestration.result import Approval, RunResult
+from orchestration.sessions import load_history
 from orchestration.state import RunState
 from orchestration.store import RunStore
 from orchestration.store._recorder import snapshot
@@ -88,19 +90,41 @@ class TemporalRuns:
 
     # --- running ------------------------------------------------------------------------------
     async def run(self, query: str, *, plan: Plan | dict[str, Any] | None, run_id: str | None,
-                  on_event: EventCallback | None) -> RunResult:
+                  on_event: EventCallback | None, inputs: RunInputs | None = None) -> RunResult:
         """Start the run's workflow (its id is the run id), or attach to the run of that
-        id; the result once it has ended or paused."""
+        id; the result once it has ended or paused. ``inputs``: its context, session and
+        limits (never credentials: the facade refuses those on Temporal)."""
         run_id = run_id or uuid.uuid4().hex
         with self._answering(run_id, "starting or following the run"):
-            return await self._run(query, plan, run_id, on_event)
+            return await self._run(query, plan, run_id, on_event, inputs or RunInputs())
+
+    async def _in_context(self, inputs: RunInputs) -> dict[str, Any]:
+        """What the workflow's input carries of the run's context and session: the
+        session's number for the run and the earlier runs it may build on, read here from
+        the run store (the workflow must see the same on every replay)."""
+        payload: dict[str, Any] = {
+            "context": inputs.context,
+            "limits": inputs.limits.model_dump(mode="json") if inputs.limits else None}
+        if inputs.session_id is not None:
+            if self.store is None:
+                raise ConfigError("sessions on the Temporal backend need the run store the "
+                                  "workers record runs in (ORCH_STORE_URL)")
+            await self.store.open()
+            tenant = (inputs.context or {}).get("tenant")
+            tenant = tenant if isinstance(tenant, str) else None
+            number = await self.store.next_session_run(tenant, inputs.session_id)
+            history = await load_history(self.store, tenant, inputs.session_id, number,
+                                         self.config.session_history_runs)
+            payload["session"] = history.to_payload()
+        return payload
 
     async def _run(self, query: str, plan: Plan | dict[str, Any] | None, run_id: str,
-                   on_event: EventCallback | None) -> RunResult:
+                   on_event: EventCallback | None, inputs: RunInputs) -> RunResult:
         client = await self.client()
         plan_payload = (plan.model_dump(mode="json", exclude_none=True) if isinstance(plan, Plan)
                         else plan)
-        request = {"query": query, "plan": plan_payload, "config": config_to_payload(self.config)}
+        request = {"query": query, "plan": plan_payload, "config": config_to_payload(self.config),
+                   **await self._in_context(inputs)}
         try:
             handle: WorkflowHandle[Any, Any] = await client.start_workflow(
                 WORKFLOW, request, id=run_id, task_queue=self.config.temporal_task_queue,

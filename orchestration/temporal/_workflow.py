@@ -33,8 +33,9 @@ from orchestration._engine import RunEngine
 from orchestration.errors import ApprovalError
 from orchestration.events import RunEvent
 from orchestration.layer_settings import LayerSettings
-from orchestration.result import Approval
+from orchestration.result import Approval, RunLimits
 from orchestration.services import RunServices
+from orchestration.sessions import SessionHistory
 from orchestration.state import RunState
 from orchestration.temporal._context import context_for
 from orchestration.temporal._payloads import RECORD_RUN, WORKFLOW
@@ -48,14 +49,23 @@ _RECORD_RETRY = TemporalRetryPolicy(maximum_attempts=5, initial_interval=timedel
 
 @workflow.defn(name=WORKFLOW, sandboxed=False)
 class RunWorkflow:
-    """One dagwright run. Input: ``{"query", "plan" (or None), "config"}``; result: the
-    run's :class:`~orchestration.state.RunState` as JSON."""
+    """One dagwright run. Input: ``{"query", "plan" (or None), "config"}`` and, when
+    given, ``"context"``, ``"limits"`` and ``"session"`` (the run's number in its
+    session and the earlier runs it may build on); result: the run's
+    :class:`~orchestration.state.RunState` as JSON. Never credentials."""
 
     @workflow.init
     def __init__(self, request: dict[str, Any]) -> None:
         info = workflow.info()
+        session = request.get("session")
+        self._session = SessionHistory.from_payload(session) if session else None
         self._state = RunState(run_id=info.workflow_id, query=request["query"],
-                               started_at=workflow.now().timestamp())
+                               started_at=workflow.now().timestamp(),
+                               context=request.get("context"),
+                               limits=RunLimits.model_validate(request["limits"])
+                               if request.get("limits") else None,
+                               session=self._session.session_id if self._session else None,
+                               session_run=self._session.number if self._session else None)
         self._events: list[RunEvent] = []
         self._recorded_seq = 0
         self._settled = 0
@@ -75,7 +85,8 @@ class RunWorkflow:
         while True:
             services = self._services = run_services(
                 state, engine.config, context.catalog, self._events.append,
-                calls=engine.call_inspector(LayerSettings.from_config(engine.config)))
+                calls=engine.call_inspector(LayerSettings.from_config(engine.config)),
+                session=self._session)
             stretch_started = workflow.time()
             await engine.run(state, services, plan, None, approved)
             state.usage.wall_time_s += workflow.time() - stretch_started

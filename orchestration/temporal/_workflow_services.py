@@ -52,7 +52,7 @@ from orchestration.capability import Capability
 from orchestration.catalog import Catalog
 from orchestration.clock import Clock
 from orchestration.config import OrchestratorConfig
-from orchestration.errors import LLMError, LLMErrorKind
+from orchestration.errors import ConfigError, LLMError, LLMErrorKind
 from orchestration.events import RunEvent
 from orchestration.layer_settings import LayerSettings
 from orchestration.llm._gateway import LLMGateway
@@ -61,6 +61,7 @@ from orchestration.plan import Step
 from orchestration.protocol import OUTCOME_UNKNOWN, ErrorCategory, ErrorSource, StepError
 from orchestration.retry_policy import RetryPolicy
 from orchestration.services import CallInspector, RunServices
+from orchestration.sessions import SessionHistory
 from orchestration.state import RunState
 from orchestration.store._recorder import RunRecorder
 from orchestration.telemetry._observer import (
@@ -184,7 +185,10 @@ class ActivityTransport(ToolTransport):
         timeout_s: float,
         headers: dict[str, str] | None = None,
         trace: CallTrace | None = None,
+        credentials: dict[str, str] | None = None,
     ) -> CallResult:
+        if credentials:  # the facade refuses them on Temporal: never into the history
+            raise ConfigError("per-run credentials cannot reach a Temporal activity")
         label = _CURRENT_CALL.get()
         if trace is not None:
             trace.dispatched = True  # once scheduled, a worker may make the call
@@ -317,9 +321,11 @@ def run_services(
     catalog: Catalog,
     on_event: Callable[[RunEvent], None],
     calls: CallInspector | None = None,
+    session: SessionHistory | None = None,
 ) -> RunServices:
     """The services of one stretch of a run inside its workflow (a run that waited for a
-    person gets new ones when it goes on, with a new deadline, as a local resume does)."""
+    person gets new ones when it goes on, with a new deadline, as a local resume does).
+    Never per-run credentials: they cannot cross the workflow's history."""
     clock = WorkflowClock()
     observer = WorkflowObserver()
     recorder = RunRecorder(None, run.run_id, lease_s=1.0)
@@ -334,7 +340,7 @@ def run_services(
         transport=ActivityTransport(config), observer=observer, recorder=recorder,
         events=events, clock=clock,
         deadline=asyncio.get_running_loop().time() + config.run_timeout_s,
-        budget=budget, calls=calls,
+        budget=budget, calls=calls, session=session,
         # the answer comes back whole from one activity: deltas cannot leave the workflow
         stream_answer=False,
     )

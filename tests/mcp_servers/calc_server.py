@@ -106,12 +106,14 @@ def toggle_extra(present: bool) -> dict[str, Any]:
 
 
 def require_token(app: Any, token: str) -> Any:
-    """ASGI wrapper answering 401 to HTTP requests without the bearer token."""
+    """ASGI wrapper answering 401 to HTTP requests without a bearer token it accepts
+    (``token`` may list several, comma-separated: a service's and a user's)."""
+    accepted = {f"Bearer {t}".encode() for t in token.split(",")}
 
     async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             headers = dict(scope.get("headers") or [])
-            if headers.get(b"authorization") != f"Bearer {token}".encode():
+            if headers.get(b"authorization") not in accepted:
                 await send({"type": "http.response.start", "status": 401,
                             "headers": [(b"content-type", b"text/plain")]})
                 await send({"type": "http.response.body", "body": b"missing or wrong token"})

@@ -322,6 +322,7 @@ def test_the_cli_lists_shows_and_resumes_stored_runs(tools: SideEffectTools, tmp
 def test_an_older_store_layout_is_migrated_and_a_newer_one_refused(
     tools: SideEffectTools, tmp_path: Path,
 ) -> None:
+    from orchestration.store._base import SCHEMA_VERSION
     from orchestration.store._sql import _SCHEMA_V1  # the layout of dagwright's first store
 
     old = tmp_path / "v1.db"
@@ -334,7 +335,12 @@ def test_an_older_store_layout_is_migrated_and_a_newer_one_refused(
     assert result.status == "succeeded"
     assert [e.type for e in orch.get_events("migrated")][-1] == "run_finished"  # v2's events
     with sqlite3.connect(old) as conn:
-        assert conn.execute("SELECT value FROM dagwright_meta").fetchone() == ("4",)
+        assert conn.execute("SELECT value FROM dagwright_meta").fetchone() == (
+            str(SCHEMA_VERSION),)
+        # v5's runs in context: the columns and the sessions table are there
+        assert conn.execute("SELECT tenant, session_id FROM dagwright_runs "
+                            "WHERE run_id = 'migrated'").fetchone() == ("", None)
+        assert conn.execute("SELECT count(*) FROM dagwright_sessions").fetchone() == (0,)
         # v4's payloads of Temporal runs (claim-check): the table is there, empty
         assert conn.execute("SELECT count(*) FROM dagwright_payloads").fetchone() == (0,)
         # v3's fenced lease: the run was created at generation 1 and released at its end

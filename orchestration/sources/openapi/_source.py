@@ -541,8 +541,12 @@ class OpenAPISource:
         return self._client
 
     async def send(self, operation: Operation, params: dict[str, Any], timeout_s: float,
-                   extra_headers: Mapping[str, str]) -> CallResult:
-        """One request on the runtime loop, its answer or failure classified."""
+                   extra_headers: Mapping[str, str],
+                   credentials: Mapping[str, str] | None = None) -> CallResult:
+        """One request on the runtime loop, its answer or failure classified.
+
+        ``credentials``: a run's own headers for this source, sent in place of the
+        source's credentials (none of those is applied or fetched for this request)."""
         try:
             request = operation.render(params, upload_dirs=self.upload_dirs)
         except RequestError as exc:
@@ -552,7 +556,11 @@ class OpenAPISource:
         alternatives = (operation.security if operation.security is not None
                         else self.default_security)
         headers = {**self.headers, **dict(extra_headers), **request.headers}
-        if self.credentials is not None:
+        if credentials:
+            replaced = {name.lower() for name in credentials}
+            headers = {k: v for k, v in headers.items() if k.lower() not in replaced}
+            headers.update(credentials)
+        elif self.credentials is not None:
             try:
                 await self.credentials.fetch_tokens(
                     self.schemes, self.credentials.usable(self.schemes, alternatives),
@@ -586,9 +594,9 @@ class OpenAPISource:
             return _fault(ErrorCategory.CONNECTION_ERROR, "CONNECTION_DROPPED",
                           f"{url}: {type(exc).__name__}: {exc}", sent=True)
         result = classify_answer(response.status_code, response.content, dict(response.headers))
-        if response.status_code == 401 and self.credentials is not None:
+        if response.status_code == 401 and self.credentials is not None and not credentials:
             self.credentials.forget_tokens()  # a revoked or expired token: fetch anew next time
-        if response.status_code in (401, 403) and result.error is not None:
+        if response.status_code in (401, 403) and result.error is not None and not credentials:
             hint = self._auth_hint(alternatives)
             if hint:
                 result = CallResult(error=result.error.model_copy(
@@ -684,6 +692,9 @@ class OpenAPIInvoker:
     """The catalog's invoker for one operation: hands the request to the runtime loop,
     whose single HTTP pool serves every run, loop and thread."""
 
+    accepts_credentials = True
+    """A run's own credentials replace the document's for its calls (``credentials=``)."""
+
     def __init__(self, source: OpenAPISource, operation: Operation) -> None:
         self.source = source
         self.operation = operation
@@ -698,11 +709,12 @@ class OpenAPIInvoker:
         return credentials.secret_values() if credentials is not None else []
 
     async def call(
-        self, params: dict[str, Any], *, timeout_s: float, headers: Mapping[str, str]
+        self, params: dict[str, Any], *, timeout_s: float, headers: Mapping[str, str],
+        credentials: Mapping[str, str] | None = None,
     ) -> CallResult:
         try:
             return await self.source.runtime.run(
-                self.source.send(self.operation, params, timeout_s, headers))
+                self.source.send(self.operation, params, timeout_s, headers, credentials))
         except SourceClosed as exc:
             return CallResult(error=StepError(
                 category=ErrorCategory.CONNECTION_ERROR, code="SOURCE_CLOSED",

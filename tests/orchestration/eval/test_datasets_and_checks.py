@@ -1,6 +1,6 @@
 """Datasets as files (JSONL, YAML) checked when read, and what each kind of check means when
 a run is graded: calls made and not made (as sent, after layer 2), outputs at a path,
-the answer, the status; a given plan; a context the engine cannot take yet."""
+the answer, the status; a given plan; a case's context, kept with its run."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestration import Catalog, OrchestratorConfig, ScriptedLLM
+from orchestration import Catalog, Orchestrator, OrchestratorConfig, ScriptedLLM
 from orchestration.eval import Case, Dataset, DatasetError, EvalConfig, run_eval
 from orchestration.eval._dataset import parse_path
 from orchestration.llm.scripted import ScriptRule, answer_by_rules
@@ -88,7 +88,7 @@ def test_status_defaults_to_succeeded_and_an_expected_failure_passes() -> None:
     assert results["expected"].outcome == "passed"
 
 
-def test_a_given_plan_is_run_as_it_is_and_a_context_is_refused_until_runs_take_one() -> None:
+def test_a_given_plan_is_run_as_it_is_and_a_context_goes_with_its_run(tmp_path: Path) -> None:
     given = {"steps": [{"id": "mine", "tool": "shop", "capability": "price",
                         "params": {"item": "cake", "quantity": 2}}]}
     results = _run([
@@ -100,9 +100,27 @@ def test_a_given_plan_is_run_as_it_is_and_a_context_is_refused_until_runs_take_o
     assert results["given"].attribution is not None
     assert "planning" not in results["given"].attribution.spend  # no LLM planned it
     context = results["context"]
-    assert context.outcome == "error" and context.run_id is None
-    assert "the case carries a context, but this dagwright's Orchestrator.arun takes none" in (
-        context.error or "")
+    assert context.outcome == "passed" and context.run_id is not None
+
+
+def test_a_case_s_context_is_stored_with_its_run(tmp_path: Path) -> None:
+    config = OrchestratorConfig(store_url=f"sqlite:///{tmp_path / 'runs.db'}")
+    llm = ScriptedLLM(answer_by_rules([
+        ScriptRule({"steps": [{"id": "p", "tool": "shop", "capability": "price",
+                               "params": {"item": "tea"}}]}, "plan"),
+        ScriptRule("It costs 2.50.", "synthesis")]))
+    report = run_eval(Dataset.from_cases([
+        {"id": "ctx", "query": "q", "context": {"user": "ada", "tenant": "acme"}}]),
+        [EvalConfig("c", config, llm=llm)], catalog=_catalog())
+    (result,) = report.results
+    assert result.outcome == "passed" and result.run_id is not None
+    orch = Orchestrator(_catalog(), llm=llm, config=config)
+    try:
+        stored = orch.get_run(result.run_id)
+        assert stored is not None and stored.context == {"user": "ada", "tenant": "acme"}
+        assert [r.run_id for r in orch.list_runs(tenant="acme")] == [result.run_id]
+    finally:
+        orch.close()
 
 
 def test_a_dataset_file_is_checked_whole_when_read(tmp_path: Path) -> None:
