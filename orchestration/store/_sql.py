@@ -500,9 +500,17 @@ class SqliteStore(_SQLStore):
                 "into a store that no longer has their record.")
 
     async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await asyncio.to_thread(conn.close)
+        """Close the connection once no statement uses it. One connection serves every
+        thread of the process, and a thread's synchronous ``run()`` closes the store when
+        it ends while others may be writing: closing it under their feet crashed the
+        process (SQLite's C library does not survive it); the next statement reopens."""
+        await asyncio.to_thread(self._close)
+
+    def _close(self) -> None:
+        with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                conn.close()
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[sqlite3.Connection]:
