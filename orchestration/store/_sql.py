@@ -232,6 +232,47 @@ def _write_statements(batch: Iterable[Write]) -> list[Statement]:
     return out
 
 
+_VERSION_QUERY = "SELECT value FROM dagwright_meta WHERE key = 'schema_version'"
+
+
+def _layout_version(url: str, rows: list[tuple[Any, ...]]) -> int:
+    """The layout version the ``dagwright_meta`` record holds (``rows`` of
+    :data:`_VERSION_QUERY`)."""
+    try:
+        return int(rows[0][0])
+    except (IndexError, ValueError) as exc:
+        raise StoreError(f"run store {url}: its schema version record is missing or "
+                         "unreadable; the database is damaged.") from exc
+
+
+def _layout_changes(url: str, tables: set[str], version: int | None) -> list[list[Statement]]:
+    """The transactions that bring a database holding ``tables`` at layout ``version``
+    (None: no ``dagwright_meta``) to :data:`SCHEMA_VERSION` — none when it is current.
+
+    Decided from what the database holds, so the decision and the changes must be made
+    by one opener at a time (each backend's ``open`` says how): two openers of a new
+    store would both create it, and both add the same columns."""
+    if version is None:
+        if any(t.startswith("dagwright_") for t in tables):
+            raise StoreError(f"run store {url}: it has dagwright tables but no "
+                             "dagwright_meta version record; it was not made by dagwright "
+                             "or is damaged. Point ORCH_STORE_URL elsewhere.")
+        changes: list[list[Statement]] = [[*((s, ()) for s in _SCHEMA_V1), (
+            "INSERT INTO dagwright_meta (key, value) VALUES ('schema_version', '1')", ())]]
+        version = 1
+    else:
+        changes = []
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"run store {url} was written by a newer dagwright (layout "
+                         f"version {version}, this one knows {SCHEMA_VERSION}); upgrade "
+                         "dagwright or use another store.")
+    for current in range(version, SCHEMA_VERSION):
+        changes.append([*((s, ()) for s in _MIGRATIONS[current]), (
+            "UPDATE dagwright_meta SET value = ? WHERE key = 'schema_version'",
+            (str(current + 1),))])
+    return changes
+
+
 _RENEW = ("UPDATE dagwright_runs SET lease_expires_at = dagwright_now() + ? "
           "WHERE run_id = ? AND lease_owner = ? AND lease_generation = ?")
 """A holder's lease renewal, and the fence of every write it makes: it changes the run's
@@ -287,41 +328,6 @@ class _SQLStore(ABC):
 
     @abstractmethod
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
-
-    @abstractmethod
-    async def _tables(self) -> set[str]:
-        """Names of the tables in the database (to tell ours, empty and foreign apart)."""
-
-    # --- layout ---------------------------------------------------------------------
-    async def _ensure_layout(self) -> None:
-        tables = await self._tables()
-        ours = {t for t in tables if t.startswith("dagwright_")}
-        if "dagwright_meta" not in tables:
-            if ours:
-                raise StoreError(f"run store {self.url}: it has dagwright tables but no "
-                                 "dagwright_meta version record; it was not made by dagwright "
-                                 "or is damaged. Point ORCH_STORE_URL elsewhere.")
-            await self._transaction([*((s, ()) for s in _SCHEMA_V1), (
-                "INSERT INTO dagwright_meta (key, value) VALUES ('schema_version', '1')", ())])
-            version = 1
-        else:
-            version = await self._version()
-        if version > SCHEMA_VERSION:
-            raise StoreError(f"run store {self.url} was written by a newer dagwright (layout "
-                             f"version {version}, this one knows {SCHEMA_VERSION}); upgrade "
-                             "dagwright or use another store.")
-        for current in range(version, SCHEMA_VERSION):
-            await self._transaction([*((s, ()) for s in _MIGRATIONS[current]), (
-                "UPDATE dagwright_meta SET value = ? WHERE key = 'schema_version'",
-                (str(current + 1),))])
-
-    async def _version(self) -> int:
-        rows = await self._fetch("SELECT value FROM dagwright_meta WHERE key = 'schema_version'")
-        try:
-            return int(rows[0][0])
-        except (IndexError, ValueError) as exc:
-            raise StoreError(f"run store {self.url}: its schema version record is missing or "
-                             "unreadable; the database is damaged.") from exc
 
     # --- the interface --------------------------------------------------------------
     async def create_run(self, write: SaveRun, *, owner: str, lease_s: float) -> Lease | None:
@@ -451,9 +457,34 @@ class SqliteStore(_SQLStore):
         self._lock = threading.Lock()  # one statement at a time on the shared connection
 
     async def open(self) -> None:
-        """Open the file and create or migrate its layout."""
-        await asyncio.to_thread(self._open, True)
-        await self._ensure_layout()
+        """Open the file and create or migrate its layout, one opener at a time."""
+        await asyncio.to_thread(self._open_and_lay_out)
+
+    def _open_and_lay_out(self) -> None:
+        """Open the file, then read and change its layout in one immediate transaction:
+        the threads of this process wait on the store's lock, other processes on SQLite's
+        write lock, so a new store is created once and a migration applied once."""
+        with self._lock:
+            self._open(create=True)
+            conn = self._conn
+            assert conn is not None
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                tables = {r[0] for r in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'")}
+                version = (_layout_version(self.url, conn.execute(_VERSION_QUERY).fetchall())
+                           if "dagwright_meta" in tables else None)
+                for transaction in _layout_changes(self.url, tables, version):
+                    for sql, params in transaction:
+                        conn.execute(sql, params)
+                conn.execute("COMMIT")
+            except (sqlite3.Error, StoreError) as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                if isinstance(exc, StoreError):
+                    raise
+                raise StoreError(f"run store {self.url}: cannot create or migrate its tables "
+                                 f"in {self.path}: {exc}") from exc
 
     def _open(self, create: bool = False) -> None:
         if self._conn is not None:
@@ -582,10 +613,6 @@ class SqliteStore(_SQLStore):
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return await asyncio.to_thread(self._run_fetch, sql, params)
 
-    async def _tables(self) -> set[str]:
-        rows = await self._fetch("SELECT name FROM sqlite_master WHERE type = 'table'")
-        return {r[0] for r in rows}
-
 
 _PG_CLOCK = "EXTRACT(EPOCH FROM clock_timestamp())::double precision"
 
@@ -691,6 +718,14 @@ class PostgresStore(_SQLStore):
             "SELECT table_name FROM information_schema.tables WHERE table_schema = "
             "current_schema()")
         return {r[0] for r in rows}
+
+    async def _ensure_layout(self) -> None:
+        """Create or migrate the layout (under the advisory lock :meth:`open` holds)."""
+        tables = await self._tables()
+        version = (_layout_version(self.url, await self._fetch(_VERSION_QUERY))
+                   if "dagwright_meta" in tables else None)
+        for transaction in _layout_changes(self.url, tables, version):
+            await self._transaction(transaction)
 
     async def open(self) -> None:
         """Connect and create or migrate the layout: once per store, one process at a time."""

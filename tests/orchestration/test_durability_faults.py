@@ -171,6 +171,51 @@ def test_concurrent_first_runs_on_a_fresh_store_all_finish(
     assert tools.executed["/pay"] == runs
 
 
+def test_first_runs_from_several_threads_on_a_fresh_store_all_finish(
+    store_url: str, tools: SideEffectTools,
+) -> None:
+    """A web app's worker threads each call ``run()`` (an event loop per call) on one
+    orchestrator whose store is new, twice. Before, on SQLite: runs failed with StoreError
+    ("duplicate column name", "UNIQUE constraint failed: dagwright_meta.key": each thread
+    created and migrated the layout at the same time) in 5 of 6 tries, and in the sixth
+    the process died of a segmentation fault (a thread whose run ended closed the
+    connection the others were writing with)."""
+    orch = orchestrator(tools, store_url)
+    runs = 8
+    ends: list[Any] = []
+    for round_number in range(2):  # a new store, then the same one in use
+        together = threading.Barrier(runs)
+
+        def one(i: int, round_number: int = round_number,
+                together: threading.Barrier = together) -> None:
+            together.wait(30)
+            try:
+                run = orch.run(QUERY, plan=pay_plan("pay"), run_id=f"thread-{round_number}-{i}")
+                ends.append(run.status)
+            except StoreError as exc:
+                ends.append(exc)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(runs)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+    assert ends == ["succeeded"] * runs * 2
+    assert tools.executed["/pay"] == runs * 2
+
+
+def test_processes_starting_at_once_on_a_fresh_store_all_finish(
+    store_url: str, tools: SideEffectTools,
+) -> None:
+    """Six processes (a service's workers, started together) make their first run on a
+    store nobody has opened yet. Before: on SQLite one in two tries had a process fail
+    with StoreError ("UNIQUE constraint failed: dagwright_meta.key")."""
+    processes = [child("run", store_url, f"process-{i}", tools) for i in range(6)]
+    ends = [outcome(p) for p in processes]
+    assert [e.get("status", e.get("message")) for e in ends] == ["succeeded"] * 6
+    assert tools.executed["/pay"] == 6
+
+
 # --- PostgreSQL as production runs it, crashed mid-run ------------------------------------------
 
 @pytest.fixture(scope="module")
