@@ -32,6 +32,7 @@ from orchestration._cli_kit import (
     write_line,
 )
 from orchestration._extras import needs_extra
+from orchestration._json import UnreadableJSON, decode
 from orchestration._text import closest
 from orchestration._version import __version__
 from orchestration.catalog import Catalog
@@ -103,6 +104,10 @@ class RedactingOutput(io.TextIOBase):
         self._out.write(self.redactor.redact(text))
         return len(text)
 
+    def write_redacted(self, text: str) -> None:
+        """Text already redacted (a document redacted as values: :func:`_write_run_data`)."""
+        self._out.write(text)
+
     def flush(self) -> None:
         self._out.flush()
 
@@ -110,6 +115,19 @@ class RedactingOutput(io.TextIOBase):
 def _use_redactor(out: TextIO, redactor: Redactor) -> None:
     if isinstance(out, RedactingOutput):
         out.redactor = redactor
+
+
+def _write_run_data(out: TextIO, value: Any) -> None:
+    """A JSON document of run data (a result, a plan, runs, approvals) redacted as values,
+    the policy of ``dagwright serve``'s answers: the same document with the same keys,
+    numbers and booleans, only secret strings masked (text redaction can only guess
+    where a JSON string ends)."""
+    redactor = out.redactor if isinstance(out, RedactingOutput) else DEFAULT_REDACTOR
+    text = json.dumps(redactor.redact_value(value), indent=2) + "\n"
+    if isinstance(out, RedactingOutput):
+        out.write_redacted(text)
+    else:
+        out.write(text)
 
 
 def render_plan(plan: ValidatedPlan, out: TextIO) -> None:
@@ -332,7 +350,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         if metrics_server is not None:
             metrics_server.close()
     if args.json:
-        out.write(json.dumps(result.to_dict(), indent=2) + "\n")
+        _write_run_data(out, result.to_dict())
     else:
         if not announced:
             out.write(f"run {result.run_id}\n")
@@ -355,7 +373,7 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     finally:
         orch.close()
     if args.json:
-        out.write(json.dumps(plan.to_dict(), indent=2) + "\n")
+        _write_run_data(out, plan.to_dict())
     else:
         render_plan(plan, out)
     return EXIT_OK
@@ -477,7 +495,7 @@ def _when(timestamp: float | None) -> str:
 def cmd_runs_list(args: argparse.Namespace, out: TextIO) -> int:
     runs = _read_store(lambda store: store.list_runs(status=args.status, limit=args.limit))
     if args.json:
-        out.write(json.dumps([r.model_dump(mode="json") for r in runs], indent=2) + "\n")
+        _write_run_data(out, [r.model_dump(mode="json") for r in runs])
         return 0
     if not runs:
         out.write(f"no runs in {OrchestratorConfig().store_url}\n")
@@ -502,7 +520,7 @@ def cmd_runs_show(args: argparse.Namespace, out: TextIO) -> int:
         raise DagwrightError(f"no run {args.run_id!r} in {OrchestratorConfig().store_url}; "
                              "'dagwright runs list' shows the runs it holds")
     if args.json:
-        out.write(json.dumps(result.to_dict(), indent=2) + "\n")
+        _write_run_data(out, result.to_dict())
         return 0
     out.write(f"run {result.run_id}: {result.query}\n")
     render_result(result, out)
@@ -522,7 +540,7 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     finally:
         orch.close()
     if args.json:
-        out.write(json.dumps(result.to_dict(), indent=2) + "\n")
+        _write_run_data(out, result.to_dict())
     else:
         out.write(f"run {result.run_id}: {result.query}\n")
         render_result(result, out)
@@ -639,8 +657,8 @@ def _pending(run_id: str | None) -> list[tuple[str, PendingApproval]]:
 def cmd_approvals_list(args: argparse.Namespace, out: TextIO) -> int:
     pending = _pending(_full_run_id(args.run_id) if args.run_id else None)
     if args.json:
-        out.write(json.dumps([{"run_id": rid, **p.model_dump(mode="json")} for rid, p in pending],
-                             indent=2) + "\n")
+        _write_run_data(out, [{"run_id": rid, **p.model_dump(mode="json")}
+                             for rid, p in pending])
         return 0
     if not pending:
         out.write("no approvals are pending\n")
@@ -653,10 +671,10 @@ def cmd_approvals_list(args: argparse.Namespace, out: TextIO) -> int:
 def _decide(args: argparse.Namespace, out: TextIO, approved: bool) -> int:
     params = None
     if approved and args.params is not None:
-        try:
-            params = json.loads(args.params)
-        except ValueError as exc:
-            raise DagwrightError(f"--params is not JSON: {exc}") from exc
+        try:  # the engine's bounded decoder, as for every JSON a person or tool sends
+            params = decode(args.params, max_depth=OrchestratorConfig().max_json_depth)
+        except UnreadableJSON as exc:
+            raise DagwrightError(f"--params is not JSON this command accepts: {exc}") from exc
         if not isinstance(params, dict):
             raise DagwrightError("--params must be a JSON object of the step's parameters")
     if OrchestratorConfig().catalog is None:
@@ -671,7 +689,7 @@ def _decide(args: argparse.Namespace, out: TextIO, approved: bool) -> int:
     finally:
         orch.close()
     if args.json:
-        out.write(json.dumps(result.to_dict(), indent=2) + "\n")
+        _write_run_data(out, result.to_dict())
     else:
         render_result(result, out)
         advice = _next_steps(result)

@@ -257,6 +257,10 @@ def test_the_cli_lists_approves_and_rejects(tools: SideEffectTools, tmp_path: Pa
 
     bad = cli("approve", "cli-approve", "pay", "--params", "[1]")
     assert bad.returncode == 2 and "--params must be a JSON object" in bad.stderr
+    # through the bounded decoder: before, a RecursionError's traceback
+    deep = cli("approve", "cli-approve", "pay", "--params", "[" * 5000 + "]" * 5000)
+    assert deep.returncode == 2 and "ORCH_MAX_JSON_DEPTH" in deep.stderr, deep.stderr
+    assert "Traceback" not in deep.stderr
     approved = cli("approve", "cli-approve", "pay", "--params", '{"amount": "50", "to": "broker"}',
                    "--json")
     assert approved.returncode == 0, approved.stderr
