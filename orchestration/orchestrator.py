@@ -28,6 +28,7 @@ from orchestration._budget import RunBudget, check_prices
 from orchestration._engine import RunEngine, run_status
 from orchestration._events import EventCallback, EventSink
 from orchestration._extras import needs_extra
+from orchestration._text import not_unicode
 from orchestration._transport import ToolTransport
 from orchestration.catalog import Catalog
 from orchestration.clock import Clock
@@ -88,13 +89,9 @@ def _check_query(query: str) -> None:
     a JSON escape such as \\ud800 decodes to) is refused here, naming where it is."""
     if not isinstance(query, str):
         raise InvalidInput(f"the query must be text, not {type(query).__name__}")
-    try:
-        query.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidInput(
-            f"the query is not valid Unicode: character {exc.start} is a lone surrogate "
-            f"({query[exc.start]!r}, often a JSON escape such as \\ud800 without its pair); "
-            "send the text with that character removed or completed") from None
+    problem = not_unicode("the query", query)
+    if problem is not None:
+        raise InvalidInput(problem)
 
 
 def _stop(work: asyncio.Task[Any]) -> None:
@@ -375,9 +372,14 @@ class Orchestrator:
 
         This differs from a shutdown (a cancelled task, :meth:`RunHandle.interrupt`),
         which leaves the run ``running`` for a resume. Raises :class:`RunNotFound` for an
-        unknown id and :class:`RunLeased` while another live process executes the run.
+        unknown id, :class:`RunLeased` while another live process executes the run, and
+        :class:`InvalidInput` for a reason that cannot be recorded (not valid Unicode).
         """
         self._local_only("acancel")
+        problem = not_unicode("the cancel reason", reason) if isinstance(reason, str) else (
+            f"the cancel reason must be text, not {type(reason).__name__}")
+        if problem is not None:
+            raise InvalidInput(problem)
         handle = self._active.get(run_id)
         if handle is not None:
             handle._request_cancel(reason)
