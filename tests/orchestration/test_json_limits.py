@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from orchestration import Catalog, ErrorCategory, Orchestrator, OrchestratorConfig, ScriptedLLM
-from orchestration.errors import ConfigError
+from orchestration.errors import ConfigError, InvalidInput
 from tests.support.hostile_tools import Drip, HostileTool, Huge, Reply
 
 DEEP = "[" * 1000 + "]" * 1000
@@ -204,3 +205,37 @@ def test_a_small_flat_output_within_the_limit_passes_as_is() -> None:
     result = orch(catalog, [], max_response_bytes=10_000).run("q", plan=plan)
     assert result.status == "succeeded", result.error
     assert result.steps["a"].output == output
+
+
+# --- text that is not valid Unicode, recorded in a real run store --------------------------
+
+LONE = "\ud800"  # what the JSON escape \ud800 decodes to without its pair
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_lone_surrogates_are_typed_errors_naming_where_they_were(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest,
+) -> None:
+    """Before: a plan parameter holding a lone surrogate raised PydanticSerializationError
+    out of run(), from the run recorder. Now each door names the place: the query
+    (InvalidInput), a given plan and a planner's answer (a failed run saying where), and
+    the store holds a readable record of what ran."""
+    url = (f"sqlite:///{tmp_path}/runs.db" if store == "sqlite" else
+           str(request.getfixturevalue("postgres_server").create_database(
+               f"surrogate_{tmp_path.name[-8:].lower()}")))
+    bad_plan = {"steps": [{"id": "a", "tool": "t", "capability": "echo",
+                           "params": {"v": "ok " + LONE}}]}
+    planner_answer = json.dumps(bad_plan)  # ASCII: the model's text holds the escape itself
+    assert "\\ud800" in planner_answer
+    runner = orch(echo_catalog(), [planner_answer] * 3, store_url=url)
+    with pytest.raises(InvalidInput, match=r"the query is not valid Unicode: character 4"):
+        runner.run("pay " + LONE)
+    given = runner.run("echo", plan=bad_plan)
+    assert given.status == "failed"
+    assert "step 'a': param $.v" in (given.error or "") and "lone surrogate" in (given.error or "")
+    planned = runner.run("echo")
+    assert planned.status == "failed" and "lone surrogate" in (planned.error or "")
+    for result in (given, planned):
+        json.dumps(result.to_dict(), ensure_ascii=False).encode("utf-8")
+        stored = runner.get_run(result.run_id)
+        assert stored is not None and stored.status == "failed"
