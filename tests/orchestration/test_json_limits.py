@@ -8,6 +8,7 @@ step that fails with a named error — never an exception out of ``run()`` or ``
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,14 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from orchestration import Catalog, ErrorCategory, Orchestrator, OrchestratorConfig, ScriptedLLM
+from orchestration import (
+    Catalog,
+    ErrorCategory,
+    Orchestrator,
+    OrchestratorConfig,
+    ScriptedLLM,
+    ToolFailed,
+)
 from orchestration.errors import ConfigError, InvalidInput
 from tests.support.hostile_tools import Drip, HostileTool, Huge, Reply
 
@@ -239,3 +247,32 @@ def test_lone_surrogates_are_typed_errors_naming_where_they_were(
         json.dumps(result.to_dict(), ensure_ascii=False).encode("utf-8")
         stored = runner.get_run(result.run_id)
         assert stored is not None and stored.status == "failed"
+
+
+def _raises_on_an_undecodable_name(path: str = "report") -> Any:
+    # a file name that is not UTF-8, as Python decodes it (surrogateescape): '\udcff'
+    raise FileNotFoundError(f"no such file: {os.fsdecode(b'/data/' + bytes([0xFF]) + b'.csv')}")
+
+
+def _fails_naming_it(path: str = "report") -> Any:
+    raise ToolFailed("NO_FILE", f"no such file: {os.fsdecode(bytes([0xFF]))}",
+                     details={"path": os.fsdecode(bytes([0xFE]))})
+
+
+@pytest.mark.parametrize("tool", [_raises_on_an_undecodable_name, _fails_naming_it],
+                         ids=["raised", "tool_failed"])
+def test_a_tool_error_holding_a_lone_surrogate_is_recorded_escaped(tmp_path: Path, tool: Any) -> None:
+    """Before: the step's error could not be written to the run store, and
+    PydanticSerializationError escaped run(). The text is kept, the character escaped."""
+    catalog = Catalog()
+    catalog.add_function(tool, tool="files", capability="read")
+    runner = orch(catalog, [], store_url=f"sqlite:///{tmp_path}/runs.db")
+    result = runner.run("read", plan={"steps": [
+        {"id": "read", "tool": "files", "capability": "read", "params": {}}]})
+    error = result.steps["read"].error
+    assert result.status == "failed" and error is not None
+    assert "no such file" in error.message and "\\udcff" in error.message
+    json.dumps(result.to_dict(), ensure_ascii=False).encode("utf-8")
+    stored = runner.get_run(result.run_id)
+    assert stored is not None and stored.steps["read"].error is not None
+    assert stored.steps["read"].error.message == error.message
