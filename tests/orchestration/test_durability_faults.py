@@ -49,13 +49,14 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def child(command: str, store: str, run_id: str, tools: SideEffectTools, *,
-          lease_s: float = 30.0, skew_s: float = 0.0) -> subprocess.Popen[str]:
+          lease_s: float = 30.0, skew_s: float = 0.0,
+          capability: str = "pay") -> subprocess.Popen[str]:
     """A real process running (or resuming) the payment plan."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DAGWRIGHT_CHILD_LEASE_S": str(lease_s),
            "DAGWRIGHT_CHILD_CLOCK_SKEW_S": str(skew_s)}
     return subprocess.Popen(
         [sys.executable, "-m", "tests.support.durable_child", command, store, run_id,
-         json.dumps(tools.catalog()), json.dumps(pay_plan("pay"))],
+         json.dumps(tools.catalog()), json.dumps(pay_plan(capability))],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
@@ -100,6 +101,40 @@ def test_a_process_frozen_past_its_lease_never_sends_after_another_took_the_run(
     assert a_end.get("raised") == "LeaseLost", a_end
     assert "no longer holds the run" in a_end["message"]
     assert tools.executed["/pay"] == 1  # never twice
+
+
+@pytest.mark.parametrize("capability", ["pay", "pay_keyed"])
+def test_a_process_frozen_while_its_payment_is_at_the_tool_never_pays_twice(
+    store_url: str, tools: SideEffectTools, capability: str,
+) -> None:
+    """A's payment reached the tool (executed, its answer held back); A is frozen past
+    its lease; B resumes. The open marker says the payment may have happened: without a
+    key B reports it OUTCOME_UNKNOWN and sends nothing; with one B sends it again with
+    the same key, which the tool answers without paying. A wakes with the answer, finds
+    the run is B's when it records it, and stops. /pay executes once either way."""
+    path = "/" + capability
+    run_id = f"inflight-{uuid.uuid4().hex[:8]}"
+    pay_arrived = tools.hold_first(path)
+    a = child("run", store_url, run_id, tools, lease_s=LEASE_S, capability=capability)
+    try:
+        assert pay_arrived.wait(30), "A's payment never reached the tool"
+        os.kill(a.pid, signal.SIGSTOP)
+        time.sleep(LEASE_S + 1.0)  # A's lease runs out by the store's clock
+        b = outcome(child("resume", store_url, run_id, tools, lease_s=LEASE_S,
+                          capability=capability))
+    finally:
+        tools.release_first(path)
+        os.kill(a.pid, signal.SIGCONT)
+    a_end = outcome(a)
+    assert a_end.get("raised") == "LeaseLost", a_end
+    if capability == "pay":
+        assert b["steps"]["pay"]["status"] == "unknown", b["steps"]["pay"]
+        assert b["steps"]["pay"]["error"]["code"] == "OUTCOME_UNKNOWN"
+    else:
+        assert b["status"] == "succeeded", (b["error"], b["steps"])
+        keys = {key for p, key, _ in tools.requests if p == path}
+        assert len(keys) == 1 and None not in keys  # the same key, sent twice
+    assert tools.executed[path] == 1
 
 
 # --- a machine whose clock is wrong ---------------------------------------------------------
