@@ -16,7 +16,7 @@ import re
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry.metrics import MeterProvider
@@ -61,7 +61,7 @@ from orchestration.retry_policy import RetryPolicy
 from orchestration.services import RunServices
 from orchestration.state import RunState
 from orchestration.store import RunStore, RunSummary, StoredRun, open_store
-from orchestration.store._recorder import RunRecorder
+from orchestration.store._recorder import RunChanged, RunRecorder
 from orchestration.telemetry import Telemetry
 from orchestration.telemetry._observer import Observer
 from planners.planner import Planner
@@ -73,6 +73,10 @@ __all__ = ["RUN_ID_PATTERN", "Orchestrator", "run_status"]
 
 log = logging.getLogger("dagwright.run")
 T = TypeVar("T")
+
+_READS = 3
+"""How many times a run is read again when another process changed it before this one
+could take it over (:meth:`Orchestrator._as_read`)."""
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$"
 """What a caller-chosen ``run_id`` may look like (it names files, URLs and log lines)."""
 _RUN_ID = re.compile(RUN_ID_PATTERN)
@@ -278,8 +282,10 @@ class Orchestrator:
         await self._open_store()
         if run_id is not None:
             _check_run_id(run_id)
-            stored = await self.store.load(run_id)
-            if stored is not None:
+
+            async def run_as_read(stored: StoredRun | None) -> RunResult | None:
+                if stored is None:
+                    return None
                 if stored.state.query != query:
                     raise DagwrightError(
                         f"run {run_id!r} already exists for another query "
@@ -287,6 +293,10 @@ class Orchestrator:
                 if stored.state.status != "running":
                     return stored.state.to_result()
                 return await self._continue(stored, on_event=on_event, started=started)
+
+            existing = await self._as_read(run_id, run_as_read)
+            if existing is not None:
+                return existing
         run = RunState(run_id=run_id or uuid.uuid4().hex, query=query)
         if self.debug_store is not None:
             run.debug_path = str(self.debug_store.path)
@@ -394,7 +404,12 @@ class Orchestrator:
                     return ended
             # it paused, or was interrupted, before the cancellation reached it
         await self._open_store()
-        stored = await self.store.load(run_id)
+        return await self._as_read(run_id, lambda stored: self._cancel_stored(
+            run_id, stored, reason))
+
+    async def _cancel_stored(self, run_id: str, stored: StoredRun | None,
+                             reason: str) -> RunResult:
+        """Cancel a run no process of this orchestrator executes, as read from the store."""
         if stored is None:
             raise self._not_found(run_id)
         run = stored.state
@@ -501,7 +516,19 @@ class Orchestrator:
         started: asyncio.Future[RunHandle] | None = None,
     ) -> RunResult:
         await self._open_store()
-        stored = await self.store.load(run_id)
+        return await self._as_read(run_id, lambda stored: self._resume_stored(
+            run_id, stored, approvals=approvals, on_event=on_event, started=started))
+
+    async def _resume_stored(
+        self,
+        run_id: str,
+        stored: StoredRun | None,
+        *,
+        approvals: dict[str, Approval] | None,
+        on_event: EventCallback | None,
+        started: asyncio.Future[RunHandle] | None,
+    ) -> RunResult:
+        """:meth:`aresume`, from the run as read."""
         if stored is None:
             raise self._not_found(run_id)
         run = stored.state
@@ -575,6 +602,19 @@ class Orchestrator:
                 return live
         await self._open_store()
         return await self.store.load_events(run_id, after=after)
+
+    async def _as_read(self, run_id: str,
+                       act: Callable[[StoredRun | None], Awaitable[T]]) -> T:
+        """``act`` on the run as the store has it (None: it has no such run), read again
+        when it changed before ``act`` could take it over (:class:`RunChanged`: another
+        process resumed, decided or finished it meanwhile). Acting on the older reading
+        would repeat what that process did — its payment among it."""
+        for _ in range(_READS):
+            try:
+                return await act(await self.store.load(run_id))
+            except RunChanged as exc:
+                changed = exc
+        raise changed  # (a RunLeased) another process keeps changing it
 
     async def _save(self, run: RunState) -> None:
         """Write a run changed outside an execution (a decision, an expiry) to the store."""

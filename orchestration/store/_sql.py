@@ -351,10 +351,11 @@ class _SQLStore(ABC):
     async def load(self, run_id: str) -> StoredRun | None:
         rows = await self._fetch(
             "SELECT state, lease_owner, lease_expires_at - dagwright_now(), "
-            "lease_clock = dagwright_clock() FROM dagwright_runs WHERE run_id = ?", (run_id,))
+            "lease_clock = dagwright_clock(), lease_generation, lease_expires_at "
+            "FROM dagwright_runs WHERE run_id = ?", (run_id,))
         if not rows:
             return None
-        state_json, owner, remaining, same_clock = rows[0]
+        state_json, owner, remaining, same_clock, generation, expires_at = rows[0]
         steps = {sid: StepResult.model_validate_json(result) for sid, result in await self._fetch(
             "SELECT step_id, result FROM dagwright_steps WHERE run_id = ?", (run_id,))}
         state = RunState.from_stored(json.loads(state_json), steps)
@@ -375,7 +376,8 @@ class _SQLStore(ABC):
             if step_id not in steps or steps[step_id].status == "awaiting_approval"
         ]
         held = None if remaining is None or not same_clock else float(remaining)
-        return StoredRun(state, attempts, outputs, calls, owner, held)
+        return StoredRun(state, attempts, outputs, calls, owner, held, int(generation),
+                         None if expires_at is None else float(expires_at))
 
     async def load_events(self, run_id: str, *, after: int = 0) -> list[RunEvent]:
         rows = await self._fetch(
@@ -385,14 +387,18 @@ class _SQLStore(ABC):
                 for seq, kind, at, data in rows]
 
     async def acquire(self, run_id: str, *, owner: str, lease_s: float,
-                      steal_from: str | None = None) -> Lease | None:
+                      steal_from: str | None = None,
+                      read: StoredRun | None = None) -> Lease | None:
+        as_read, as_read_params = ("", ()) if read is None else (
+            " AND lease_owner IS ? AND lease_generation = ? AND lease_expires_at IS ?",
+            read.lease_as_read())
         (count, _), rows = await self._transaction([
             ("UPDATE dagwright_runs SET lease_owner = ?, lease_generation = lease_generation + 1, "
              "lease_expires_at = dagwright_now() + ?, lease_clock = dagwright_clock() "
              "WHERE run_id = ? AND (lease_owner IS NULL OR lease_owner = ? "
              "OR lease_expires_at IS NULL OR lease_expires_at < dagwright_now() "
-             "OR lease_clock IS NULL OR lease_clock <> dagwright_clock())",
-             (owner, lease_s, run_id, steal_from or owner)),
+             "OR lease_clock IS NULL OR lease_clock <> dagwright_clock())" + as_read,
+             (owner, lease_s, run_id, steal_from or owner, *as_read_params)),
             ("SELECT lease_generation FROM dagwright_runs WHERE run_id = ? AND lease_owner = ?",
              (run_id, owner)),
         ])
@@ -667,7 +673,8 @@ class PostgresStore(_SQLStore):
 
     @staticmethod
     def _pg(sql: str) -> str:
-        return (sql.replace("?", "%s").replace("dagwright_now()", _PG_CLOCK)
+        return (sql.replace(" IS ?", " IS NOT DISTINCT FROM ?").replace("?", "%s")
+                .replace("dagwright_now()", _PG_CLOCK)
                 .replace("dagwright_clock()", "'postgres'"))
 
     @contextlib.asynccontextmanager

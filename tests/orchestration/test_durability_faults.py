@@ -186,6 +186,93 @@ def test_two_processes_resuming_one_run_at_once_pay_once(
     assert tools.executed["/pay"] == 1
 
 
+# --- a resumer paused between reading the run and taking it over --------------------------
+
+class _ReadsThenWaits:
+    """A real store whose takeover waits until the test lets it: the process read the
+    run, then was scheduled out (a GC pause, a busy machine) before taking its lease."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.has_read = threading.Event()
+        self.go_on = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def acquire(self, *args: Any, **kwargs: Any) -> Any:
+        self.has_read.set()
+        await asyncio.to_thread(self.go_on.wait, 60)
+        return await self._store.acquire(*args, **kwargs)
+
+
+@pytest.mark.parametrize("how", ["resume", "approve"])
+def test_a_resumer_paused_after_reading_never_repeats_what_another_finished(
+    store_url: str, tools: SideEffectTools, how: str,
+) -> None:
+    """B reads a run that waits for a resume (its process died) or for an approval, and
+    is paused before it takes the run over; meanwhile C resumes (or approves) it and
+    finishes it, paying. B goes on: it must act on the run as it is now, not as it read
+    it. Before: B took the run C had let go of and ran its payment again from what it
+    had read (/pay executed twice)."""
+    from orchestration import Approval
+    from orchestration.store import open_store
+    from tests.orchestration.test_approvals import approval_catalog
+
+    run_id = f"stale-{uuid.uuid4().hex[:8]}"
+    catalog = approval_catalog(tools) if how == "approve" else tools.catalog()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def start(command: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.support.durable_child", command, store_url, run_id,
+             json.dumps(catalog), json.dumps(pay_plan("pay"))],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+    if how == "approve":
+        assert outcome(start("run"))["status"] == "awaiting_approval"
+    else:
+        quote_arrived = tools.hold_first("/quote")
+        a = start("run")
+        assert quote_arrived.wait(30), "A never reached the quote"
+        time.sleep(0.5)  # A's plan reaches the store
+        a.kill()  # A dies holding the run
+        a.communicate(timeout=10)
+        tools.release_first("/quote")
+    store = _ReadsThenWaits(open_store(store_url))
+    b_orch = Orchestrator(catalog=Catalog.from_dict(catalog, source="t"),
+                          llm=ScriptedLLM(["unused"]), store=store,
+                          config=OrchestratorConfig(store_url=store_url,
+                                                    synthesis_enabled=False))
+    ended: list[Any] = []
+
+    def b() -> None:
+        try:
+            approvals = {"pay": Approval(approved=True)} if how == "approve" else None
+            ended.append(b_orch.resume(run_id, approvals=approvals))
+        except Exception as exc:  # what B raised is the finding
+            ended.append(exc)
+
+    b_thread = threading.Thread(target=b)
+    b_thread.start()
+    try:
+        assert store.has_read.wait(30), "B never read the run"
+        c = outcome(start(how))
+        assert c["status"] == "succeeded", c
+        assert tools.executed["/pay"] == 1
+    finally:
+        store.go_on.set()
+        b_thread.join(60)
+    (b_end,) = ended
+    assert tools.executed["/pay"] == 1, f"paid again by B: {b_end}"
+    if how == "approve":  # nothing waits for a decision any more
+        assert type(b_end).__name__ == "ApprovalError", b_end
+        assert "succeeded" in str(b_end)
+    else:  # the run as C finished it
+        assert not isinstance(b_end, BaseException), b_end
+        assert b_end.status == "succeeded"
+
+
 # --- concurrent first use of a fresh store -------------------------------------------------
 
 @pytest.mark.parametrize("runs", [5, 50])
