@@ -20,6 +20,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import math
 import os
 import sqlite3
 import threading
@@ -33,7 +34,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic_core import to_json
 
 from orchestration._extras import needs_extra
-from orchestration.errors import LeaseLost, StoreError
+from orchestration.errors import LeaseLost, RunLeased, StoreError
 from orchestration.events import RunEvent
 from orchestration.redaction import DEFAULT_REDACTOR, SENSITIVE_NAME
 from orchestration.result import Attempt, StepResult
@@ -314,17 +315,20 @@ class _SQLStore(ABC):
     # --- what a backend provides ------------------------------------------------------
     @abstractmethod
     async def _transaction(
-        self, statements: list[Statement]
+        self, statements: list[Statement], *, hold_s: float | None = None
     ) -> tuple[list[int], list[tuple[Any, ...]]]:
         """Run ``statements`` in one transaction; the row count of each, and the rows the
-        last one returned (when it is a query)."""
+        last one returned (when it is a query). ``hold_s`` bounds how long the
+        transaction may wait on this process between statements (a lease's length: see
+        :meth:`PostgresStore._bound_hold`)."""
 
     @abstractmethod
     async def _write_many(self, groups: list[tuple[str, list[Sequence[Any]]]], *,
                           guard: Statement | None = None, durable: bool = False) -> None:
         """Run each statement with each of its parameter rows, all in one transaction;
         first ``guard`` (a lease renewal), which must change one row or nothing is
-        written (:class:`LeaseLost`)."""
+        written (:class:`LeaseLost`), and which bounds the transaction like ``hold_s``
+        does :meth:`_transaction`'s, by the lease it renews."""
 
     @abstractmethod
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
@@ -401,7 +405,7 @@ class _SQLStore(ABC):
              (owner, lease_s, run_id, steal_from or owner, *as_read_params)),
             ("SELECT lease_generation FROM dagwright_runs WHERE run_id = ? AND lease_owner = ?",
              (run_id, owner)),
-        ])
+        ], hold_s=lease_s)
         return Lease(run_id, owner, int(rows[0][0])) if count == 1 and rows else None
 
     async def release(self, run_id: str, *, owner: str) -> None:
@@ -608,8 +612,11 @@ class SqliteStore(_SQLStore):
                 raise StoreError(f"run store {self.url}: read failed: {exc}") from exc
 
     async def _transaction(
-        self, statements: list[Statement]
+        self, statements: list[Statement], *, hold_s: float | None = None
     ) -> tuple[list[int], list[tuple[Any, ...]]]:
+        # (hold_s: a SQLite transaction runs whole in one call of a worker thread; a
+        # process frozen inside it keeps the file locked, and other processes' writes
+        # fail after SQLite's busy timeout instead of waiting for ever)
         return await asyncio.to_thread(self._run_transaction, statements)
 
     async def _write_many(self, groups: list[tuple[str, list[Sequence[Any]]]], *,
@@ -686,14 +693,23 @@ class PostgresStore(_SQLStore):
         async with lock:
             try:
                 yield conn
+            except psycopg.errors.LockNotAvailable as exc:  # the bound of _bound_hold
+                raise RunLeased(
+                    f"run store {self.url}: {what} waited too long for a run's record that "
+                    "another process is writing and has not finished (a process paused in "
+                    "the middle of a write); nothing was changed. The server ends such a "
+                    "write within ORCH_STORE_LEASE_S once that process is idle: try again "
+                    "then.") from exc
             except psycopg.Error as exc:
                 raise StoreError(f"run store {self.url}: {what} failed: {_first_line(exc)}"
                                  ) from exc
 
     async def _transaction(
-        self, statements: list[Statement]
+        self, statements: list[Statement], *, hold_s: float | None = None
     ) -> tuple[list[int], list[tuple[Any, ...]]]:
         async with self._session("write") as conn, conn.transaction():
+            if hold_s is not None:
+                await self._bound_hold(conn, hold_s)
             counts: list[int] = []
             rows: list[tuple[Any, ...]] = []
             for sql, params in statements:
@@ -708,12 +724,32 @@ class PostgresStore(_SQLStore):
             if durable:  # whatever the server's default: this commit waits for the disk
                 await cursor.execute("SET LOCAL synchronous_commit = on")
             if guard is not None:
+                await self._bound_hold(cursor, guard[1][0])
                 await cursor.execute(self._pg(guard[0]), guard[1])
                 if cursor.rowcount != 1:
                     raise _lease_lost(self.url, guard)  # rolls the transaction back
             for sql, rows in groups:
                 await cursor.executemany(self._pg(sql), rows)
                 _check_counted(self.url, sql, len(rows), cursor.rowcount)
+
+    @staticmethod
+    async def _bound_hold(executor: Any, hold_s: float) -> None:
+        """Bound, by ``hold_s`` (the lease), how long this transaction waits for a lock
+        and how long it may keep its own while it waits on this process.
+
+        A transaction that locks a run's row (the guard of a holder's write, a takeover)
+        belongs to a process that may be frozen inside it (a GC pause, a suspended VM)
+        for any length of time; without bounds, every process resuming the run would
+        wait on that lock as long. Waiting longer than the lease is :class:`RunLeased`
+        (nothing changed); a transaction idle that long between statements is ended by
+        the server, committing nothing — a marker it held was never written and its call
+        never sent. (A process frozen in the middle of a pipelined statement batch is
+        not "idle" to the server: its write ends when it wakes or dies, and the others'
+        waits end by the first bound meanwhile.)"""
+        limit = str(max(1, math.ceil(hold_s * 1000)))  # milliseconds
+        await executor.execute(
+            "SELECT set_config('idle_in_transaction_session_timeout', %s, true), "
+            "set_config('lock_timeout', %s, true)", (limit, limit))
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         async with self._session("read") as conn, conn.transaction():

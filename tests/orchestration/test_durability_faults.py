@@ -399,6 +399,55 @@ def test_a_dead_postgres_is_a_store_error_not_a_driver_exception(
     assert tools.executed["/pay"] == 1
 
 
+def test_a_process_frozen_inside_its_marker_write_does_not_lock_the_run_forever(
+    postgres_server: PostgresServer, tools: SideEffectTools,
+) -> None:
+    """A is frozen (SIGSTOP) in the middle of the transaction that writes its payment's
+    marker, the run's row locked by a session whose client does not finish it. A resumer
+    must not wait on that lock for ever: its wait is bounded by the lease, and it is
+    refused (RunLeased, saying why) or, once the server ended A's idle transaction, takes
+    the run over. A wakes, finds its write took longer than its lease allows, and sends
+    nothing; a later resume ends the run. Before: B's resume hung on the row lock for as
+    long as A stayed frozen."""
+    import psycopg
+
+    url = postgres_server.create_database(f"frozenwrite_{uuid.uuid4().hex[:8]}")
+    run_id = f"frozen-write-{uuid.uuid4().hex[:8]}"
+    orchestrator(tools, url).run(QUERY, plan=pay_plan("pay"), run_id="layout")  # tables
+    tools.executed.clear()
+    blocker = psycopg.connect(url, autocommit=True)
+    with blocker, psycopg.connect(url, autocommit=True) as watcher, blocker.transaction():
+        # A's marker insert, in A's transaction, waits behind this lock
+        blocker.execute("LOCK TABLE dagwright_calls IN EXCLUSIVE MODE")
+        a = child("run", url, run_id, tools, lease_s=LEASE_S)
+        deadline = time.monotonic() + 30
+        while not watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query LIKE 'INSERT INTO dagwright_calls%'").fetchone()[0]:
+            assert time.monotonic() < deadline, "A's marker write never waited"
+            time.sleep(0.05)
+        os.kill(a.pid, signal.SIGSTOP)  # frozen inside its transaction
+    # the lock is gone: A's insert completes on the server, and A's transaction sits
+    # there, the run's row locked, its client frozen
+    try:
+        time.sleep(LEASE_S + 1.0)
+        started = time.monotonic()
+        b = outcome(child("resume", url, run_id, tools, lease_s=LEASE_S), timeout_s=30)
+        assert time.monotonic() - started < 20
+        if "raised" in b:
+            assert b["raised"] == "RunLeased", b
+            assert "paused in the middle of a write" in b["message"]
+        else:
+            assert b["status"] == "succeeded", b
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    a_end = outcome(a)
+    assert a_end.get("raised") in ("StoreError", "LeaseLost"), a_end
+    final = outcome(child("resume", url, run_id, tools, lease_s=LEASE_S))
+    assert final["steps"]["pay"]["status"] in ("succeeded", "unknown"), final["steps"]["pay"]
+    assert tools.executed["/pay"] == (final["steps"]["pay"]["status"] == "succeeded")
+
+
 # --- a SQLite store removed or filled mid-run ------------------------------------------------
 
 def _hold_every(tools: SideEffectTools, path: str) -> tuple[threading.Event, threading.Event]:
