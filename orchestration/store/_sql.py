@@ -721,10 +721,11 @@ class PostgresStore(_SQLStore):
     async def _write_many(self, groups: list[tuple[str, list[Sequence[Any]]]], *,
                           guard: Statement | None = None, durable: bool = False) -> None:
         async with self._session("write") as conn, conn.transaction(), conn.cursor() as cursor:
-            if durable:  # whatever the server's default: this commit waits for the disk
+            if guard is not None:  # (durable: in the same round trip)
+                await self._bound_hold(cursor, guard[1][0], durable=durable)
+            elif durable:
                 await cursor.execute("SET LOCAL synchronous_commit = on")
             if guard is not None:
-                await self._bound_hold(cursor, guard[1][0])
                 await cursor.execute(self._pg(guard[0]), guard[1])
                 if cursor.rowcount != 1:
                     raise _lease_lost(self.url, guard)  # rolls the transaction back
@@ -733,7 +734,7 @@ class PostgresStore(_SQLStore):
                 _check_counted(self.url, sql, len(rows), cursor.rowcount)
 
     @staticmethod
-    async def _bound_hold(executor: Any, hold_s: float) -> None:
+    async def _bound_hold(executor: Any, hold_s: float, *, durable: bool = False) -> None:
         """Bound, by ``hold_s`` (the lease), how long this transaction waits for a lock
         and how long it may keep its own while it waits on this process.
 
@@ -745,11 +746,16 @@ class PostgresStore(_SQLStore):
         the server, committing nothing — a marker it held was never written and its call
         never sent. (A process frozen in the middle of a pipelined statement batch is
         not "idle" to the server: its write ends when it wakes or dies, and the others'
-        waits end by the first bound meanwhile.)"""
+        waits end by the first bound meanwhile.)
+
+        ``durable`` also makes this commit wait for the disk whatever the server's
+        default (``SET LOCAL synchronous_commit = on``): the marker of a side effect."""
         limit = str(max(1, math.ceil(hold_s * 1000)))  # milliseconds
         await executor.execute(
             "SELECT set_config('idle_in_transaction_session_timeout', %s, true), "
-            "set_config('lock_timeout', %s, true)", (limit, limit))
+            "set_config('lock_timeout', %s, true)"
+            + (", set_config('synchronous_commit', 'on', true)" if durable else ""),
+            (limit, limit))
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         async with self._session("read") as conn, conn.transaction():
