@@ -28,6 +28,7 @@ import time
 from typing import Any
 
 from executors._prepare import CapabilityCache
+from orchestration._text import not_unicode
 from orchestration.context import ApprovalCondition
 from orchestration.errors import ApprovalError, CatalogError
 from orchestration.plan import Plan, validate_plan
@@ -124,6 +125,11 @@ def apply_decisions(
             f"run {run.run_id!r}: {', '.join(map(repr, unknown))} "
             f"{'is' if len(unknown) == 1 else 'are'} not waiting for approval; pending: "
             f"{', '.join(map(repr, pending)) or 'none'}")
+    for step_id, decision in decisions.items():
+        problem = None if decision.note is None else not_unicode("its note", decision.note)
+        if problem is not None:  # the note is recorded with the run, which must stay JSON
+            raise ApprovalError(f"run {run.run_id!r} step {step_id!r}: {problem}; nothing "
+                                "was decided and the step still waits")
     approved: dict[str, dict[str, Any]] = {}
     new_plan: dict[str, Any] | None = None
     for step_id, decision in decisions.items():

@@ -15,6 +15,19 @@ from typing import Any
 from pydantic import ValidationError
 
 
+def not_unicode(what: str, text: str) -> str | None:
+    """Why ``text`` cannot be recorded or sent — it is not valid Unicode (a lone
+    surrogate, which a JSON escape such as \\ud800 decodes to, or a command line's
+    undecodable byte) — naming ``what`` and the character; None when it can."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (f"{what} is not valid Unicode: character {exc.start} is a lone surrogate "
+                f"({text[exc.start]!r}, often a JSON escape such as \\ud800 without its "
+                "pair); send the text with that character removed or completed")
+    return None
+
+
 def clip(text: str, limit: int, *, marker: str = "truncated") -> str:
     """``text`` cut to ``limit`` characters, with a marker saying how much was cut."""
     if len(text) <= limit:

@@ -396,7 +396,8 @@ class Orchestrator:
 
         This differs from a shutdown (a cancelled task, :meth:`RunHandle.interrupt`),
         which leaves the run ``running`` for a resume. Raises :class:`RunNotFound` for an
-        unknown id and :class:`RunLeased` while another live process executes the run.
+        unknown id, :class:`RunLeased` while another live process executes the run, and
+        :class:`InvalidInput` for a reason that cannot be recorded (not valid Unicode).
         """
         self._temporal.refuse("acancel")
         return await cancel(self, self._local, run_id, reason)

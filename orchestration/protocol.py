@@ -13,9 +13,10 @@ import time
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import to_json
 
-from orchestration._json import DEFAULT_MAX_DEPTH, UnreadableJSON, decode, is_limit
+from orchestration._json import DEFAULT_MAX_DEPTH, UnreadableJSON, decode, is_limit, json_safe
 from orchestration._text import clip, describe_validation_error
 
 __all__ = [
@@ -143,6 +144,24 @@ class StepError(BaseModel):
     step_id: str | None = None
     tool: str | None = None
     capability: str | None = None
+
+    @field_validator("code", "message")
+    @classmethod
+    def _recordable_text(cls, text: str) -> str:
+        """An error's text comes from tools and their exceptions, and may not be valid
+        Unicode (a file name Python decoded with ``surrogateescape`` holds ``\\udcff``):
+        such a character is kept as its escape, so the error can be recorded and shown
+        (a run store, ``to_dict()``, every sink write UTF-8)."""
+        return str(json_safe(text, 0))
+
+    @field_validator("details")
+    @classmethod
+    def _recordable_details(cls, details: dict[str, Any]) -> dict[str, Any]:
+        try:
+            to_json(details)
+        except ValueError:  # text that is not valid Unicode, or a value JSON lacks
+            return dict(json_safe(details, 10_000))
+        return details
 
     def describe(self) -> str:
         """One line naming the step, the tool and the cause, for logs and exceptions."""

@@ -57,13 +57,16 @@ _SENSITIVE_QUERY_NAMES = frozenset({"key", "sig", "code", "auth", "pwd", "pass",
 
 # --- the shapes (each pattern is linear: see the module docstring) ------------------------
 
-# "Authorization: Bearer abc", "authorization": "Basic xyz" (header text and plain JSON)
-_AUTHORIZATION = re.compile(r"(?i)(\bauthorization[\"']?\s*+[:=]\s*+[\"']?)[^\"'\r\n,}]++")
+# "Authorization: Bearer abc", authorization='Token xyz' (header text, logfmt). A quoted
+# key is JSON or a repr: its string value is _PAIR's, and anything else (an object, a
+# number) is structure this must not eat
+_AUTHORIZATION = re.compile(r"(?i)(\bauthorization\s*+[:=]\s*+[\"']?)[^\"'\r\n,}]++")
 # any remaining bearer/basic token (not a lower-case word: "a bearer token is required")
 _SCHEME_TOKEN = re.compile(
     r"(?i)(\b(?:bearer|basic)\s++)(?-i:(?![a-z]++\b))[A-Za-z0-9._~+/=-]{4,}+")
-# Cookie / Set-Cookie header lines: every cookie on the line
-_COOKIE_LINE = re.compile(r"(?im)((?<![\w-])(?:set-)?cookie[\"']?\s*+:\s*+)[^\r\n]++")
+# Cookie / Set-Cookie header lines: every cookie on the line (a quoted key is JSON or a
+# repr, whose string value _PAIR masks: the rest of its line is other members)
+_COOKIE_LINE = re.compile(r"(?im)((?<![\w-])(?:set-)?cookie\s*+:\s*+)[^\r\n]++")
 # key = value, key: value, "key": "value", \"key\": \"value\" ...: the key is a whole word
 # (matched possessively from its first character), the value unquoted, quoted, or quoted
 # one or more JSON-encodings deep (a run of backslashes before the quote ends it)
@@ -81,9 +84,10 @@ _URL_USERINFO = re.compile(
 _PLACEHOLDER_USERINFO = re.compile(r"[A-Z][A-Z_]*+(?::[A-Z][A-Z_]*+)?")
 # ?name=value / &name=value in URLs
 _QUERY_PAIR = re.compile(r"(?<=[?&;])(?P<key>[A-Za-z0-9_.~%\[\]-]++)=(?P<val>[^&#\s\"'<>\\]++)")
-# the token a clip cut, just before its "… [truncated N chars]" marker
+# the token a clip cut, just before its "… [truncated N chars]" marker (a quote before it
+# is the string's own, kept so that JSON stays JSON)
 _CUT_TOKEN = re.compile(
-    r"(?<![^\s…])[^\s…]{4,}+(?=…\s\[[^\]\n]{0,40}?truncated\s\d++\schars\])")
+    r"(?<![^\s…\"'])[^\s…\"']{4,}+(?=…\s\[[^\]\n]{0,40}?truncated\s\d++\schars\])")
 _TOKEN_FORMATS: tuple[re.Pattern[str], ...] = (
     re.compile(r"\bsk-[A-Za-z0-9_-]{8,}+"),  # OpenAI / Anthropic style sk-, sk-ant-, sk-proj-
     re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),  # AWS access key ids

@@ -34,3 +34,29 @@ def test_every_test_file_the_docs_name_exists() -> None:
                       for m in TEST_FILE.finditer(doc.read_text(encoding="utf-8"))
                       if m.group(1) not in TEST_NAMES})
     assert missing == []
+
+
+TEST_REF = re.compile(r"(tests/[\w/]+\.py)|…::(\w+)|(?<=\.py::)(\w+)")
+
+
+def _test_functions() -> dict[str, set[str]]:
+    return {path.relative_to(ROOT).as_posix(): set(re.findall(
+        r"^(?:async )?def (test_\w+)", path.read_text(encoding="utf-8"), re.MULTILINE))
+        for path in (ROOT / "tests").rglob("test_*.py")}
+
+
+def test_every_test_the_docs_name_exists() -> None:
+    """``tests/x/test_y.py::test_z``, and ``…::test_z`` for the test file named last
+    before it: the guarantees tables cite the test that proves each row."""
+    functions = _test_functions()
+    missing = []
+    for doc in DOCS:
+        file = None
+        for m in TEST_REF.finditer(doc.read_text(encoding="utf-8")):
+            if m.group(1):
+                file = m.group(1)
+                continue
+            name = m.group(2) or m.group(3)
+            if file is None or name not in functions.get(file, set()):
+                missing.append(f"{doc.relative_to(ROOT)}: {file}::{name}")
+    assert missing == []

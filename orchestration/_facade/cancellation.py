@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 
 from orchestration._events import EventSink
+from orchestration._facade.inputs import check_cancel_reason
 from orchestration._facade.local_runs import LocalRuns, announce_step
 from orchestration._facade.parts import FacadeParts
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError
@@ -20,6 +21,7 @@ from orchestration.store import StoredRun
 
 
 async def cancel(parts: FacadeParts, local: LocalRuns, run_id: str, reason: str) -> RunResult:
+    check_cancel_reason(reason)
     handle = local.active.get(run_id)
     if handle is not None:
         handle._request_cancel(reason)
@@ -34,15 +36,16 @@ async def cancel(parts: FacadeParts, local: LocalRuns, run_id: str, reason: str)
                 return ended
         # it paused, or was interrupted, before the cancellation reached it
     await local.stores.open()
-    stored = await parts.store.load(run_id)
+    return await local.stores.as_read(
+        run_id, lambda stored: _cancel_stored(parts, local, run_id, stored, reason))
+
+
+async def _cancel_stored(parts: FacadeParts, local: LocalRuns, run_id: str,
+                         stored: StoredRun | None, reason: str) -> RunResult:
+    """Cancel a run no process executes (it waits, or its process stopped) in the store,
+    as read from it."""
     if stored is None:
         raise local.stores.not_found(run_id)
-    return await _cancel_stored(parts, local, stored, reason)
-
-
-async def _cancel_stored(parts: FacadeParts, local: LocalRuns, stored: StoredRun,
-                         reason: str) -> RunResult:
-    """Cancel a run no process executes (it waits, or its process stopped) in the store."""
     run = stored.state
     if run.status not in ("running", "awaiting_approval"):
         return run.to_result()

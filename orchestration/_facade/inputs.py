@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from orchestration._text import describe_validation_error
+from orchestration._text import describe_validation_error, not_unicode
 from orchestration.catalog import Catalog
 from orchestration.context import ContextValue, RunContext, check_context
 from orchestration.credentials import Credentials, check_credentials
@@ -35,13 +35,17 @@ def check_query(query: str) -> None:
     a JSON escape such as \\ud800 decodes to) is refused here, naming where it is."""
     if not isinstance(query, str):
         raise InvalidInput(f"the query must be text, not {type(query).__name__}")
-    try:
-        query.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidInput(
-            f"the query is not valid Unicode: character {exc.start} is a lone surrogate "
-            f"({query[exc.start]!r}, often a JSON escape such as \\ud800 without its pair); "
-            "send the text with that character removed or completed") from None
+    problem = not_unicode("the query", query)
+    if problem is not None:
+        raise InvalidInput(problem)
+
+
+def check_cancel_reason(reason: str) -> None:
+    """A cancel reason is recorded: text that cannot be is refused before anything changes."""
+    problem = not_unicode("the cancel reason", reason) if isinstance(reason, str) else (
+        f"the cancel reason must be text, not {type(reason).__name__}")
+    if problem is not None:
+        raise InvalidInput(problem)
 
 
 @dataclass(frozen=True)

@@ -91,11 +91,12 @@ class LocalRuns:
         check_query(query)  # (astart comes here directly)
         inputs = inputs or RunInputs()
         await self.stores.open()
-        store = self._parts.store
         if run_id is not None:
             check_run_id(run_id)
-            stored = await store.load(run_id)
-            if stored is not None:
+
+            async def run_as_read(stored: StoredRun | None) -> RunResult | None:
+                if stored is None:
+                    return None
                 if stored.state.query != query:
                     raise DagwrightError(
                         f"run {run_id!r} already exists for another query "
@@ -104,6 +105,10 @@ class LocalRuns:
                     return stored.state.to_result()
                 return await self.continue_run(stored, on_event=on_event, started=started,
                                                credentials=inputs.credentials)
+
+            existing = await self.stores.as_read(run_id, run_as_read)
+            if existing is not None:
+                return existing
         run = RunState(run_id=run_id or uuid.uuid4().hex, query=query, context=inputs.context,
                        credentials_for=sorted(inputs.credentials or {}), limits=inputs.limits)
         if inputs.session_id is not None:

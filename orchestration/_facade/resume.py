@@ -13,6 +13,7 @@ from orchestration.credentials import Credentials
 from orchestration.errors import ApprovalError
 from orchestration.handle import RunHandle
 from orchestration.result import Approval, RunResult
+from orchestration.store import StoredRun
 from orchestration.store._recorder import RunRecorder
 
 
@@ -26,9 +27,26 @@ async def resume(
     started: asyncio.Future[RunHandle] | None = None,
     credentials: Credentials | None = None,
 ) -> RunResult:
+    await local.stores.open()
+    return await local.stores.as_read(run_id, lambda stored: _resume_stored(
+        parts, local, run_id, stored, approvals=approvals, on_event=on_event,
+        started=started, credentials=credentials))
+
+
+async def _resume_stored(
+    parts: FacadeParts,
+    local: LocalRuns,
+    run_id: str,
+    stored: StoredRun | None,
+    *,
+    approvals: dict[str, Approval] | None,
+    on_event: EventCallback | None,
+    started: asyncio.Future[RunHandle] | None,
+    credentials: Credentials | None,
+) -> RunResult:
+    """:func:`resume`, from the run as read (read again by the caller when another process
+    changed it before this one could take it over)."""
     stores = local.stores
-    await stores.open()
-    stored = await parts.store.load(run_id)
     if stored is None:
         raise stores.not_found(run_id)
     run = stored.state

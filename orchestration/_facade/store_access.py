@@ -8,13 +8,21 @@ import asyncio
 import logging
 import time
 import weakref
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from orchestration._facade.parts import FacadeParts
 from orchestration.errors import RunNotFound, StoreError
 from orchestration.state import RunState
-from orchestration.store._recorder import RunRecorder
+from orchestration.store import StoredRun
+from orchestration.store._recorder import RunChanged, RunRecorder
 
 log = logging.getLogger("dagwright.run")
+T = TypeVar("T")
+
+_READS = 3
+"""How many times a run is read again when another process changed it before this one
+could take it over (:meth:`RunStoreAccess.as_read`)."""
 
 
 class RunStoreAccess:
@@ -83,3 +91,18 @@ class RunStoreAccess:
             "replaced or restored from an older copy): the calls it made may have happened, "
             "so check with the tools before starting it again. 'dagwright runs list' shows "
             "the runs the store holds.")
+
+    async def as_read(self, run_id: str,
+                      act: Callable[[StoredRun | None], Awaitable[T]]) -> T:
+        """``act`` on the run as the store has it (None: it has no such run), read again
+        when it changed before ``act`` could take it over (:class:`RunChanged`: another
+        process resumed, decided or finished it meanwhile). Acting on the older reading
+        would repeat what that process did — its payment among it."""
+        changed: RunChanged | None = None
+        for _ in range(_READS):
+            try:
+                return await act(await self._parts.store.load(run_id))
+            except RunChanged as exc:
+                changed = exc
+        assert changed is not None
+        raise changed  # (a RunLeased) another process keeps changing it

@@ -7,11 +7,13 @@ import argparse
 import json
 from typing import TextIO
 
+from orchestration._json import UnreadableJSON, decode
 from orchestration.cli._exit_codes import exit_code_of
 from orchestration.cli._kit import continuing, full_run_id, read_store
 from orchestration.cli._parser import Commands
 from orchestration.cli._progress import live_progress
-from orchestration.cli._render import render_result, write_next_steps
+from orchestration.cli._render import render_result, write_next_steps, write_run_data
+from orchestration.config import OrchestratorConfig
 from orchestration.errors import DagwrightError
 from orchestration.result import Approval, PendingApproval
 from orchestration.store import RunStore
@@ -61,8 +63,8 @@ def _pending(run_id: str | None) -> list[tuple[str, PendingApproval]]:
 def cmd_approvals_list(args: argparse.Namespace, out: TextIO) -> int:
     pending = _pending(full_run_id(args.run_id) if args.run_id else None)
     if args.json:
-        out.write(json.dumps([{"run_id": rid, **p.model_dump(mode="json")} for rid, p in pending],
-                             indent=2) + "\n")
+        write_run_data(out, [{"run_id": rid, **p.model_dump(mode="json")}
+                             for rid, p in pending])
         return 0
     if not pending:
         out.write("no approvals are pending\n")
@@ -75,10 +77,10 @@ def cmd_approvals_list(args: argparse.Namespace, out: TextIO) -> int:
 def _decide(args: argparse.Namespace, out: TextIO, approved: bool) -> int:
     params = None
     if approved and args.params is not None:
-        try:
-            params = json.loads(args.params)
-        except ValueError as exc:
-            raise DagwrightError(f"--params is not JSON: {exc}") from exc
+        try:  # the engine's bounded decoder, as for every JSON a person or tool sends
+            params = decode(args.params, max_depth=OrchestratorConfig().max_json_depth)
+        except UnreadableJSON as exc:
+            raise DagwrightError(f"--params is not JSON this command accepts: {exc}") from exc
         if not isinstance(params, dict):
             raise DagwrightError("--params must be a JSON object of the step's parameters")
     orch = continuing("deciding continues the run, which calls its tools")
@@ -90,7 +92,7 @@ def _decide(args: argparse.Namespace, out: TextIO, approved: bool) -> int:
     finally:
         orch.close()
     if args.json:
-        out.write(json.dumps(result.to_dict(), indent=2) + "\n")
+        write_run_data(out, result.to_dict())
     else:
         render_result(result, out)
         write_next_steps(result, out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 import json
-from typing import TextIO
+from typing import Any, TextIO
 
 from orchestration.catalog import Catalog
 from orchestration.plan import ValidatedPlan
@@ -38,6 +38,10 @@ class RedactingOutput(io.TextIOBase):
         self._out.write(self.redactor.redact(text))
         return len(text)
 
+    def write_redacted(self, text: str) -> None:
+        """Text already redacted (a document redacted as values: :func:`write_run_data`)."""
+        self._out.write(text)
+
     def flush(self) -> None:
         self._out.flush()
 
@@ -45,6 +49,19 @@ class RedactingOutput(io.TextIOBase):
 def use_redactor(out: TextIO, redactor: Redactor) -> None:
     if isinstance(out, RedactingOutput):
         out.redactor = redactor
+
+
+def write_run_data(out: TextIO, value: Any) -> None:
+    """A JSON document of run data (a result, a plan, runs, approvals) redacted as values,
+    the policy of ``dagwright serve``'s answers: the same document with the same keys,
+    numbers and booleans, only secret strings masked (text redaction can only guess
+    where a JSON string ends)."""
+    redactor = out.redactor if isinstance(out, RedactingOutput) else DEFAULT_REDACTOR
+    text = json.dumps(redactor.redact_value(value), indent=2) + "\n"
+    if isinstance(out, RedactingOutput):
+        out.write_redacted(text)
+    else:
+        out.write(text)
 
 
 def render_plan(plan: ValidatedPlan, out: TextIO) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 from typing import TextIO
 
 from orchestration.cli._exit_codes import EXIT_OK, exit_code_of
@@ -18,6 +17,7 @@ from orchestration.cli._render import (
     render_result,
     use_redactor,
     write_next_steps,
+    write_run_data,
 )
 from orchestration.cli._sessions import add_context_options, context_of, credentials_of
 from orchestration.config import OrchestratorConfig
@@ -78,7 +78,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         if metrics_server is not None:
             metrics_server.close()
     if args.json:
-        out.write(json.dumps(result.to_dict(), indent=2) + "\n")
+        write_run_data(out, result.to_dict())
     else:
         if not announced:
             out.write(f"run {result.run_id}\n")
@@ -99,7 +99,7 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     finally:
         orch.close()
     if args.json:
-        out.write(json.dumps(plan.to_dict(), indent=2) + "\n")
+        write_run_data(out, plan.to_dict())
     else:
         render_plan(plan, out)
     return EXIT_OK

@@ -15,7 +15,7 @@ from orchestration.cli._exit_codes import EXIT_OK, EXIT_RUN_FAILED, exit_code_of
 from orchestration.cli._kit import continuing, full_run_id, read_run, read_store
 from orchestration.cli._parser import Commands
 from orchestration.cli._progress import live_progress
-from orchestration.cli._render import render_result, write_next_steps
+from orchestration.cli._render import render_result, write_next_steps, write_run_data
 from orchestration.cli._sessions import add_context_options, credentials_of
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import DagwrightError
@@ -74,7 +74,7 @@ def cmd_runs_list(args: argparse.Namespace, out: TextIO) -> int:
                                                     tenant=tenant, user=args.user,
                                                     session_id=args.session))
     if args.json:
-        out.write(json.dumps([r.model_dump(mode="json") for r in runs], indent=2) + "\n")
+        write_run_data(out, [r.model_dump(mode="json") for r in runs])
         return 0
     if not runs:
         out.write(f"no runs in {OrchestratorConfig().store_url}\n")
@@ -95,7 +95,7 @@ def cmd_runs_show(args: argparse.Namespace, out: TextIO) -> int:
         raise DagwrightError(f"no run {args.run_id!r} in {OrchestratorConfig().store_url}; "
                              "'dagwright runs list' shows the runs it holds")
     if args.json:
-        out.write(json.dumps(result.to_dict(), indent=2) + "\n")
+        write_run_data(out, result.to_dict())
         return 0
     out.write(f"run {result.run_id}: {result.query}\n")
     if result.context or result.session:
@@ -115,7 +115,7 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     finally:
         orch.close()
     if args.json:
-        out.write(json.dumps(result.to_dict(), indent=2) + "\n")
+        write_run_data(out, result.to_dict())
     else:
         out.write(f"run {result.run_id}: {result.query}\n")
         render_result(result, out)

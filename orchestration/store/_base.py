@@ -119,6 +119,14 @@ class StoredRun:
     lease_remaining_s: float | None = None
     """Seconds the holder's lease still runs by the store's clock (negative: expired;
     None: nobody holds it, or the lease was taken under another clock — a reboot)."""
+    lease_generation: int = 0
+    lease_expires_at: float | None = None
+    """The lease as read (its expiry on the store's clock, renewed by every write of its
+    holder and cleared when it lets go): a takeover made from this reading passes it to
+    :meth:`RunStore.acquire`, which refuses if the run has changed since."""
+
+    def lease_as_read(self) -> tuple[str | None, int, float | None]:
+        return (self.lease_owner, self.lease_generation, self.lease_expires_at)
 
 
 # --- the write operations -------------------------------------------------------------
@@ -246,10 +254,13 @@ class RunStore(Protocol):
         """The run's stored events with ``seq > after``, in order."""
 
     async def acquire(self, run_id: str, *, owner: str, lease_s: float,
-                      steal_from: str | None = None) -> Lease | None:
+                      steal_from: str | None = None,
+                      read: StoredRun | None = None) -> Lease | None:
         """Take the run's lease (the next generation) if it is free, expired by the
         store's clock, or held by ``steal_from`` (a holder known to be dead); None if
-        another live process holds it."""
+        another live process holds it — or, given the ``read`` the takeover was decided
+        from, if the run's lease is no longer as read: a holder wrote, finished or let go
+        since (the caller acts on what it read, so it must read again)."""
 
     async def release(self, run_id: str, *, owner: str) -> None:
         """Let go of the run if ``owner`` still holds it."""

@@ -122,7 +122,8 @@ class MemoryStore:
         open_calls = [m for m in run.calls.values() if not m.finished and (
             m.step_id not in run.steps or run.steps[m.step_id].status == "awaiting_approval")]
         remaining = None if run.lease_until is None else run.lease_until - time.monotonic()
-        return StoredRun(state, attempts, outputs, open_calls, run.lease_owner, remaining)
+        return StoredRun(state, attempts, outputs, open_calls, run.lease_owner, remaining,
+                         run.generation, run.lease_until)
 
     async def load_events(self, run_id: str, *, after: int = 0) -> list[RunEvent]:
         run = self._runs.get(run_id)
@@ -132,9 +133,13 @@ class MemoryStore:
         return [replace(e, context=context).to_event() for e in run.events if e.seq > after]
 
     async def acquire(self, run_id: str, *, owner: str, lease_s: float,
-                      steal_from: str | None = None) -> Lease | None:
+                      steal_from: str | None = None,
+                      read: StoredRun | None = None) -> Lease | None:
         run = self._runs.get(run_id)
         if run is None:
+            return None
+        if read is not None and read.lease_as_read() != (run.lease_owner, run.generation,
+                                                         run.lease_until):
             return None
         now = time.monotonic()
         if not (run.lease_owner in (None, owner, steal_from)

@@ -53,7 +53,7 @@ from orchestration.store._base import (
     Write,
 )
 
-__all__ = ["RunRecorder", "holder_is_dead"]
+__all__ = ["RunChanged", "RunRecorder", "holder_is_dead"]
 
 log = logging.getLogger("dagwright.store")
 
@@ -63,6 +63,11 @@ FLUSH_MAX = 512
 """A buffer this large is flushed at once."""
 
 _HOST = socket.gethostname()
+
+
+class RunChanged(RunLeased):
+    """A run changed between reading it and taking it over: read it again. (A
+    :class:`RunLeased` to a caller it escapes: another process had the run meanwhile.)"""
 
 
 def holder_is_dead(owner: str | None) -> bool:
@@ -175,15 +180,23 @@ class RunRecorder:
         self._hold(lease, started)
 
     async def take_over(self, stored: StoredRun) -> None:
-        """Hold a stored run to continue it; :class:`RunLeased` while a live process does."""
+        """Hold a stored run to continue it from ``stored``, as it was read;
+        :class:`RunLeased` while a live process holds it, :class:`RunChanged` when it is
+        no longer as read (then it must be read again: continuing from the old reading
+        would repeat what another process did since, a payment included)."""
         if self.store is None:
             return
         self._steps_with_attempts.update(stored.attempts)
         dead = stored.lease_owner if holder_is_dead(stored.lease_owner) else None
         started = asyncio.get_running_loop().time()
         lease = await self.store.acquire(self.run_id, owner=self.owner, lease_s=self.lease_s,
-                                         steal_from=dead)
+                                         steal_from=dead, read=stored)
         if lease is None:
+            now = await self.store.load(self.run_id)
+            if now is None or now.lease_as_read() != stored.lease_as_read():
+                raise RunChanged(
+                    f"run {self.run_id!r} changed while this process was reading it: "
+                    "another process took it over, finished it or let it go since")
             remaining = stored.lease_remaining_s
             runs = (f"its lease runs {remaining:.0f} s more by the store's clock"
                     if remaining is not None and remaining > 0 else "its lease was just renewed")

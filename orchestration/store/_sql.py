@@ -20,6 +20,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import math
 import os
 import sqlite3
 import threading
@@ -33,7 +34,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic_core import to_json
 
 from orchestration._extras import needs_extra
-from orchestration.errors import LeaseLost, StoreError
+from orchestration.errors import LeaseLost, RunLeased, StoreError
 from orchestration.events import RunEvent
 from orchestration.redaction import DEFAULT_REDACTOR, SENSITIVE_NAME
 from orchestration.result import Attempt, StepResult
@@ -249,6 +250,47 @@ def _write_statements(batch: Iterable[Write]) -> list[Statement]:
     return out
 
 
+_VERSION_QUERY = "SELECT value FROM dagwright_meta WHERE key = 'schema_version'"
+
+
+def _layout_version(url: str, rows: list[tuple[Any, ...]]) -> int:
+    """The layout version the ``dagwright_meta`` record holds (``rows`` of
+    :data:`_VERSION_QUERY`)."""
+    try:
+        return int(rows[0][0])
+    except (IndexError, ValueError) as exc:
+        raise StoreError(f"run store {url}: its schema version record is missing or "
+                         "unreadable; the database is damaged.") from exc
+
+
+def _layout_changes(url: str, tables: set[str], version: int | None) -> list[list[Statement]]:
+    """The transactions that bring a database holding ``tables`` at layout ``version``
+    (None: no ``dagwright_meta``) to :data:`SCHEMA_VERSION` — none when it is current.
+
+    Decided from what the database holds, so the decision and the changes must be made
+    by one opener at a time (each backend's ``open`` says how): two openers of a new
+    store would both create it, and both add the same columns."""
+    if version is None:
+        if any(t.startswith("dagwright_") for t in tables):
+            raise StoreError(f"run store {url}: it has dagwright tables but no "
+                             "dagwright_meta version record; it was not made by dagwright "
+                             "or is damaged. Point ORCH_STORE_URL elsewhere.")
+        changes: list[list[Statement]] = [[*((s, ()) for s in _SCHEMA_V1), (
+            "INSERT INTO dagwright_meta (key, value) VALUES ('schema_version', '1')", ())]]
+        version = 1
+    else:
+        changes = []
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"run store {url} was written by a newer dagwright (layout "
+                         f"version {version}, this one knows {SCHEMA_VERSION}); upgrade "
+                         "dagwright or use another store.")
+    for current in range(version, SCHEMA_VERSION):
+        changes.append([*((s, ()) for s in _MIGRATIONS[current]), (
+            "UPDATE dagwright_meta SET value = ? WHERE key = 'schema_version'",
+            (str(current + 1),))])
+    return changes
+
+
 _RENEW = ("UPDATE dagwright_runs SET lease_expires_at = dagwright_now() + ? "
           "WHERE run_id = ? AND lease_owner = ? AND lease_generation = ?")
 """A holder's lease renewal, and the fence of every write it makes: it changes the run's
@@ -290,55 +332,23 @@ class _SQLStore(ABC):
     # --- what a backend provides ------------------------------------------------------
     @abstractmethod
     async def _transaction(
-        self, statements: list[Statement]
+        self, statements: list[Statement], *, hold_s: float | None = None
     ) -> tuple[list[int], list[tuple[Any, ...]]]:
         """Run ``statements`` in one transaction; the row count of each, and the rows the
-        last one returned (when it is a query)."""
+        last one returned (when it is a query). ``hold_s`` bounds how long the
+        transaction may wait on this process between statements (a lease's length: see
+        :meth:`PostgresStore._bound_hold`)."""
 
     @abstractmethod
     async def _write_many(self, groups: list[tuple[str, list[Sequence[Any]]]], *,
                           guard: Statement | None = None, durable: bool = False) -> None:
         """Run each statement with each of its parameter rows, all in one transaction;
         first ``guard`` (a lease renewal), which must change one row or nothing is
-        written (:class:`LeaseLost`)."""
+        written (:class:`LeaseLost`), and which bounds the transaction like ``hold_s``
+        does :meth:`_transaction`'s, by the lease it renews."""
 
     @abstractmethod
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
-
-    @abstractmethod
-    async def _tables(self) -> set[str]:
-        """Names of the tables in the database (to tell ours, empty and foreign apart)."""
-
-    # --- layout ---------------------------------------------------------------------
-    async def _ensure_layout(self) -> None:
-        tables = await self._tables()
-        ours = {t for t in tables if t.startswith("dagwright_")}
-        if "dagwright_meta" not in tables:
-            if ours:
-                raise StoreError(f"run store {self.url}: it has dagwright tables but no "
-                                 "dagwright_meta version record; it was not made by dagwright "
-                                 "or is damaged. Point ORCH_STORE_URL elsewhere.")
-            await self._transaction([*((s, ()) for s in _SCHEMA_V1), (
-                "INSERT INTO dagwright_meta (key, value) VALUES ('schema_version', '1')", ())])
-            version = 1
-        else:
-            version = await self._version()
-        if version > SCHEMA_VERSION:
-            raise StoreError(f"run store {self.url} was written by a newer dagwright (layout "
-                             f"version {version}, this one knows {SCHEMA_VERSION}); upgrade "
-                             "dagwright or use another store.")
-        for current in range(version, SCHEMA_VERSION):
-            await self._transaction([*((s, ()) for s in _MIGRATIONS[current]), (
-                "UPDATE dagwright_meta SET value = ? WHERE key = 'schema_version'",
-                (str(current + 1),))])
-
-    async def _version(self) -> int:
-        rows = await self._fetch("SELECT value FROM dagwright_meta WHERE key = 'schema_version'")
-        try:
-            return int(rows[0][0])
-        except (IndexError, ValueError) as exc:
-            raise StoreError(f"run store {self.url}: its schema version record is missing or "
-                             "unreadable; the database is damaged.") from exc
 
     # --- the interface --------------------------------------------------------------
     async def create_run(self, write: SaveRun, *, owner: str, lease_s: float) -> Lease | None:
@@ -366,10 +376,11 @@ class _SQLStore(ABC):
     async def load(self, run_id: str) -> StoredRun | None:
         rows = await self._fetch(
             "SELECT state, lease_owner, lease_expires_at - dagwright_now(), "
-            "lease_clock = dagwright_clock() FROM dagwright_runs WHERE run_id = ?", (run_id,))
+            "lease_clock = dagwright_clock(), lease_generation, lease_expires_at "
+            "FROM dagwright_runs WHERE run_id = ?", (run_id,))
         if not rows:
             return None
-        state_json, owner, remaining, same_clock = rows[0]
+        state_json, owner, remaining, same_clock, generation, expires_at = rows[0]
         steps = {sid: StepResult.model_validate_json(result) for sid, result in await self._fetch(
             "SELECT step_id, result FROM dagwright_steps WHERE run_id = ?", (run_id,))}
         state = RunState.from_stored(json.loads(state_json), steps)
@@ -390,7 +401,8 @@ class _SQLStore(ABC):
             if step_id not in steps or steps[step_id].status == "awaiting_approval"
         ]
         held = None if remaining is None or not same_clock else float(remaining)
-        return StoredRun(state, attempts, outputs, calls, owner, held)
+        return StoredRun(state, attempts, outputs, calls, owner, held, int(generation),
+                         None if expires_at is None else float(expires_at))
 
     async def load_events(self, run_id: str, *, after: int = 0) -> list[RunEvent]:
         rows = await self._fetch(
@@ -406,17 +418,21 @@ class _SQLStore(ABC):
                 for seq, kind, at, data in rows]
 
     async def acquire(self, run_id: str, *, owner: str, lease_s: float,
-                      steal_from: str | None = None) -> Lease | None:
+                      steal_from: str | None = None,
+                      read: StoredRun | None = None) -> Lease | None:
+        as_read, as_read_params = ("", ()) if read is None else (
+            " AND lease_owner IS ? AND lease_generation = ? AND lease_expires_at IS ?",
+            read.lease_as_read())
         (count, _), rows = await self._transaction([
             ("UPDATE dagwright_runs SET lease_owner = ?, lease_generation = lease_generation + 1, "
              "lease_expires_at = dagwright_now() + ?, lease_clock = dagwright_clock() "
              "WHERE run_id = ? AND (lease_owner IS NULL OR lease_owner = ? "
              "OR lease_expires_at IS NULL OR lease_expires_at < dagwright_now() "
-             "OR lease_clock IS NULL OR lease_clock <> dagwright_clock())",
-             (owner, lease_s, run_id, steal_from or owner)),
+             "OR lease_clock IS NULL OR lease_clock <> dagwright_clock())" + as_read,
+             (owner, lease_s, run_id, steal_from or owner, *as_read_params)),
             ("SELECT lease_generation FROM dagwright_runs WHERE run_id = ? AND lease_owner = ?",
              (run_id, owner)),
-        ])
+        ], hold_s=lease_s)
         return Lease(run_id, owner, int(rows[0][0])) if count == 1 and rows else None
 
     async def release(self, run_id: str, *, owner: str) -> None:
@@ -514,9 +530,34 @@ class SqliteStore(_SQLStore):
         self._lock = threading.Lock()  # one statement at a time on the shared connection
 
     async def open(self) -> None:
-        """Open the file and create or migrate its layout."""
-        await asyncio.to_thread(self._open, True)
-        await self._ensure_layout()
+        """Open the file and create or migrate its layout, one opener at a time."""
+        await asyncio.to_thread(self._open_and_lay_out)
+
+    def _open_and_lay_out(self) -> None:
+        """Open the file, then read and change its layout in one immediate transaction:
+        the threads of this process wait on the store's lock, other processes on SQLite's
+        write lock, so a new store is created once and a migration applied once."""
+        with self._lock:
+            self._open(create=True)
+            conn = self._conn
+            assert conn is not None
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                tables = {r[0] for r in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'")}
+                version = (_layout_version(self.url, conn.execute(_VERSION_QUERY).fetchall())
+                           if "dagwright_meta" in tables else None)
+                for transaction in _layout_changes(self.url, tables, version):
+                    for sql, params in transaction:
+                        conn.execute(sql, params)
+                conn.execute("COMMIT")
+            except (sqlite3.Error, StoreError) as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                if isinstance(exc, StoreError):
+                    raise
+                raise StoreError(f"run store {self.url}: cannot create or migrate its tables "
+                                 f"in {self.path}: {exc}") from exc
 
     def _open(self, create: bool = False) -> None:
         if self._conn is not None:
@@ -563,9 +604,17 @@ class SqliteStore(_SQLStore):
                 "into a store that no longer has their record.")
 
     async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await asyncio.to_thread(conn.close)
+        """Close the connection once no statement uses it. One connection serves every
+        thread of the process, and a thread's synchronous ``run()`` closes the store when
+        it ends while others may be writing: closing it under their feet crashed the
+        process (SQLite's C library does not survive it); the next statement reopens."""
+        await asyncio.to_thread(self._close)
+
+    def _close(self) -> None:
+        with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                conn.close()
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[sqlite3.Connection]:
@@ -626,8 +675,11 @@ class SqliteStore(_SQLStore):
                 raise StoreError(f"run store {self.url}: read failed: {exc}") from exc
 
     async def _transaction(
-        self, statements: list[Statement]
+        self, statements: list[Statement], *, hold_s: float | None = None
     ) -> tuple[list[int], list[tuple[Any, ...]]]:
+        # (hold_s: a SQLite transaction runs whole in one call of a worker thread; a
+        # process frozen inside it keeps the file locked, and other processes' writes
+        # fail after SQLite's busy timeout instead of waiting for ever)
         return await asyncio.to_thread(self._run_transaction, statements)
 
     async def _write_many(self, groups: list[tuple[str, list[Sequence[Any]]]], *,
@@ -636,10 +688,6 @@ class SqliteStore(_SQLStore):
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return await asyncio.to_thread(self._run_fetch, sql, params)
-
-    async def _tables(self) -> set[str]:
-        rows = await self._fetch("SELECT name FROM sqlite_master WHERE type = 'table'")
-        return {r[0] for r in rows}
 
 
 _PG_CLOCK = "EXTRACT(EPOCH FROM clock_timestamp())::double precision"
@@ -695,7 +743,8 @@ class PostgresStore(_SQLStore):
 
     @staticmethod
     def _pg(sql: str) -> str:
-        return (sql.replace("?", "%s").replace("dagwright_now()", _PG_CLOCK)
+        return (sql.replace(" IS ?", " IS NOT DISTINCT FROM ?").replace("?", "%s")
+                .replace("dagwright_now()", _PG_CLOCK)
                 .replace("dagwright_clock()", "'postgres'"))
 
     @contextlib.asynccontextmanager
@@ -707,14 +756,23 @@ class PostgresStore(_SQLStore):
         async with lock:
             try:
                 yield conn
+            except psycopg.errors.LockNotAvailable as exc:  # the bound of _bound_hold
+                raise RunLeased(
+                    f"run store {self.url}: {what} waited too long for a run's record that "
+                    "another process is writing and has not finished (a process paused in "
+                    "the middle of a write); nothing was changed. The server ends such a "
+                    "write within ORCH_STORE_LEASE_S once that process is idle: try again "
+                    "then.") from exc
             except psycopg.Error as exc:
                 raise StoreError(f"run store {self.url}: {what} failed: {_first_line(exc)}"
                                  ) from exc
 
     async def _transaction(
-        self, statements: list[Statement]
+        self, statements: list[Statement], *, hold_s: float | None = None
     ) -> tuple[list[int], list[tuple[Any, ...]]]:
         async with self._session("write") as conn, conn.transaction():
+            if hold_s is not None:
+                await self._bound_hold(conn, hold_s)
             counts: list[int] = []
             rows: list[tuple[Any, ...]] = []
             for sql, params in statements:
@@ -726,7 +784,9 @@ class PostgresStore(_SQLStore):
     async def _write_many(self, groups: list[tuple[str, list[Sequence[Any]]]], *,
                           guard: Statement | None = None, durable: bool = False) -> None:
         async with self._session("write") as conn, conn.transaction(), conn.cursor() as cursor:
-            if durable:  # whatever the server's default: this commit waits for the disk
+            if guard is not None:  # (durable: in the same round trip)
+                await self._bound_hold(cursor, guard[1][0], durable=durable)
+            elif durable:
                 await cursor.execute("SET LOCAL synchronous_commit = on")
             if guard is not None:
                 await cursor.execute(self._pg(guard[0]), guard[1])
@@ -735,6 +795,30 @@ class PostgresStore(_SQLStore):
             for sql, rows in groups:
                 await cursor.executemany(self._pg(sql), rows)
                 _check_counted(self.url, sql, len(rows), cursor.rowcount)
+
+    @staticmethod
+    async def _bound_hold(executor: Any, hold_s: float, *, durable: bool = False) -> None:
+        """Bound, by ``hold_s`` (the lease), how long this transaction waits for a lock
+        and how long it may keep its own while it waits on this process.
+
+        A transaction that locks a run's row (the guard of a holder's write, a takeover)
+        belongs to a process that may be frozen inside it (a GC pause, a suspended VM)
+        for any length of time; without bounds, every process resuming the run would
+        wait on that lock as long. Waiting longer than the lease is :class:`RunLeased`
+        (nothing changed); a transaction idle that long between statements is ended by
+        the server, committing nothing — a marker it held was never written and its call
+        never sent. (A process frozen in the middle of a pipelined statement batch is
+        not "idle" to the server: its write ends when it wakes or dies, and the others'
+        waits end by the first bound meanwhile.)
+
+        ``durable`` also makes this commit wait for the disk whatever the server's
+        default (``SET LOCAL synchronous_commit = on``): the marker of a side effect."""
+        limit = str(max(1, math.ceil(hold_s * 1000)))  # milliseconds
+        await executor.execute(
+            "SELECT set_config('idle_in_transaction_session_timeout', %s, true), "
+            "set_config('lock_timeout', %s, true)"
+            + (", set_config('synchronous_commit', 'on', true)" if durable else ""),
+            (limit, limit))
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         async with self._session("read") as conn, conn.transaction():
@@ -746,6 +830,14 @@ class PostgresStore(_SQLStore):
             "SELECT table_name FROM information_schema.tables WHERE table_schema = "
             "current_schema()")
         return {r[0] for r in rows}
+
+    async def _ensure_layout(self) -> None:
+        """Create or migrate the layout (under the advisory lock :meth:`open` holds)."""
+        tables = await self._tables()
+        version = (_layout_version(self.url, await self._fetch(_VERSION_QUERY))
+                   if "dagwright_meta" in tables else None)
+        for transaction in _layout_changes(self.url, tables, version):
+            await self._transaction(transaction)
 
     async def open(self) -> None:
         """Connect and create or migrate the layout: once per store, one process at a time."""

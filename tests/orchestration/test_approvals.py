@@ -6,6 +6,7 @@ in the first test (the store is a SQLite file they share).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -21,6 +22,7 @@ from orchestration import (
     Approval,
     ApprovalError,
     Catalog,
+    InvalidInput,
     Orchestrator,
     OrchestratorConfig,
     ScriptedLLM,
@@ -257,6 +259,10 @@ def test_the_cli_lists_approves_and_rejects(tools: SideEffectTools, tmp_path: Pa
 
     bad = cli("approve", "cli-approve", "pay", "--params", "[1]")
     assert bad.returncode == 2 and "--params must be a JSON object" in bad.stderr
+    # through the bounded decoder: before, a RecursionError's traceback
+    deep = cli("approve", "cli-approve", "pay", "--params", "[" * 5000 + "]" * 5000)
+    assert deep.returncode == 2 and "ORCH_MAX_JSON_DEPTH" in deep.stderr, deep.stderr
+    assert "Traceback" not in deep.stderr
     approved = cli("approve", "cli-approve", "pay", "--params", '{"amount": "50", "to": "broker"}',
                    "--json")
     assert approved.returncode == 0, approved.stderr
@@ -277,3 +283,40 @@ def test_an_approvals_note_is_kept_on_the_approved_attempt(tools: SideEffectTool
                                                                  note="checked with finance")})
     assert done.steps["pay"].attempts[-1].note == "approved by a person: checked with finance"
     assert done.steps["pay"].attempts[-1].layer == "approval"
+
+
+@pytest.mark.parametrize("approved", [True, False], ids=["approve", "reject"])
+def test_a_note_that_is_not_valid_unicode_is_refused_and_changes_nothing(
+    tools: SideEffectTools, tmp_path: Path, approved: bool,
+) -> None:
+    """A note holding a lone surrogate (a JSON escape like \\ud800 without its pair, or a
+    command line's undecodable byte) cannot be recorded. Before: a
+    PydanticSerializationError out of resume() from the run store, the decision half
+    made. Now ApprovalError naming the step and the character, and the run still waits."""
+    orch = orchestrator(tools, f"sqlite:///{tmp_path}/runs.db")
+    paused = orch.run(QUERY, plan=plan())
+    with pytest.raises(ApprovalError, match=r"step 'pay'.*note.*lone surrogate"):
+        orch.resume(paused.run_id, approvals={"pay": Approval(approved=approved,
+                                                              note="ok \ud800")})
+    still = orch.get_run(paused.run_id)
+    assert still is not None and still.status == "awaiting_approval"
+    assert tools.executed["/pay"] == 0
+    done = orch.resume(paused.run_id, approvals={"pay": Approval(approved=approved, note="ok")})
+    assert done.steps["pay"].status == ("succeeded" if approved else "failed")
+
+
+def test_a_cancel_reason_that_is_not_valid_unicode_is_refused(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    """Before: a PydanticSerializationError out of acancel() from the run store."""
+    orch = orchestrator(tools, f"sqlite:///{tmp_path}/runs.db")
+    paused = orch.run(QUERY, plan=plan())
+
+    async def cancel(reason: str) -> Any:
+        return await orch.acancel(paused.run_id, reason=reason)
+
+    with pytest.raises(InvalidInput, match=r"reason.*lone surrogate"):
+        asyncio.run(cancel("stop \udcff"))
+    still = orch.get_run(paused.run_id)
+    assert still is not None and still.status == "awaiting_approval"
+    assert asyncio.run(cancel("stop")).status == "cancelled"

@@ -49,13 +49,14 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def child(command: str, store: str, run_id: str, tools: SideEffectTools, *,
-          lease_s: float = 30.0, skew_s: float = 0.0) -> subprocess.Popen[str]:
+          lease_s: float = 30.0, skew_s: float = 0.0,
+          capability: str = "pay") -> subprocess.Popen[str]:
     """A real process running (or resuming) the payment plan."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DAGWRIGHT_CHILD_LEASE_S": str(lease_s),
            "DAGWRIGHT_CHILD_CLOCK_SKEW_S": str(skew_s)}
     return subprocess.Popen(
         [sys.executable, "-m", "tests.support.durable_child", command, store, run_id,
-         json.dumps(tools.catalog()), json.dumps(pay_plan("pay"))],
+         json.dumps(tools.catalog()), json.dumps(pay_plan(capability))],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
@@ -100,6 +101,40 @@ def test_a_process_frozen_past_its_lease_never_sends_after_another_took_the_run(
     assert a_end.get("raised") == "LeaseLost", a_end
     assert "no longer holds the run" in a_end["message"]
     assert tools.executed["/pay"] == 1  # never twice
+
+
+@pytest.mark.parametrize("capability", ["pay", "pay_keyed"])
+def test_a_process_frozen_while_its_payment_is_at_the_tool_never_pays_twice(
+    store_url: str, tools: SideEffectTools, capability: str,
+) -> None:
+    """A's payment reached the tool (executed, its answer held back); A is frozen past
+    its lease; B resumes. The open marker says the payment may have happened: without a
+    key B reports it OUTCOME_UNKNOWN and sends nothing; with one B sends it again with
+    the same key, which the tool answers without paying. A wakes with the answer, finds
+    the run is B's when it records it, and stops. /pay executes once either way."""
+    path = "/" + capability
+    run_id = f"inflight-{uuid.uuid4().hex[:8]}"
+    pay_arrived = tools.hold_first(path)
+    a = child("run", store_url, run_id, tools, lease_s=LEASE_S, capability=capability)
+    try:
+        assert pay_arrived.wait(30), "A's payment never reached the tool"
+        os.kill(a.pid, signal.SIGSTOP)
+        time.sleep(LEASE_S + 1.0)  # A's lease runs out by the store's clock
+        b = outcome(child("resume", store_url, run_id, tools, lease_s=LEASE_S,
+                          capability=capability))
+    finally:
+        tools.release_first(path)
+        os.kill(a.pid, signal.SIGCONT)
+    a_end = outcome(a)
+    assert a_end.get("raised") == "LeaseLost", a_end
+    if capability == "pay":
+        assert b["steps"]["pay"]["status"] == "unknown", b["steps"]["pay"]
+        assert b["steps"]["pay"]["error"]["code"] == "OUTCOME_UNKNOWN"
+    else:
+        assert b["status"] == "succeeded", (b["error"], b["steps"])
+        keys = {key for p, key, _ in tools.requests if p == path}
+        assert len(keys) == 1 and None not in keys  # the same key, sent twice
+    assert tools.executed[path] == 1
 
 
 # --- a machine whose clock is wrong ---------------------------------------------------------
@@ -151,6 +186,93 @@ def test_two_processes_resuming_one_run_at_once_pay_once(
     assert tools.executed["/pay"] == 1
 
 
+# --- a resumer paused between reading the run and taking it over --------------------------
+
+class _ReadsThenWaits:
+    """A real store whose takeover waits until the test lets it: the process read the
+    run, then was scheduled out (a GC pause, a busy machine) before taking its lease."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.has_read = threading.Event()
+        self.go_on = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def acquire(self, *args: Any, **kwargs: Any) -> Any:
+        self.has_read.set()
+        await asyncio.to_thread(self.go_on.wait, 60)
+        return await self._store.acquire(*args, **kwargs)
+
+
+@pytest.mark.parametrize("how", ["resume", "approve"])
+def test_a_resumer_paused_after_reading_never_repeats_what_another_finished(
+    store_url: str, tools: SideEffectTools, how: str,
+) -> None:
+    """B reads a run that waits for a resume (its process died) or for an approval, and
+    is paused before it takes the run over; meanwhile C resumes (or approves) it and
+    finishes it, paying. B goes on: it must act on the run as it is now, not as it read
+    it. Before: B took the run C had let go of and ran its payment again from what it
+    had read (/pay executed twice)."""
+    from orchestration import Approval
+    from orchestration.store import open_store
+    from tests.orchestration.test_approvals import approval_catalog
+
+    run_id = f"stale-{uuid.uuid4().hex[:8]}"
+    catalog = approval_catalog(tools) if how == "approve" else tools.catalog()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def start(command: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.support.durable_child", command, store_url, run_id,
+             json.dumps(catalog), json.dumps(pay_plan("pay"))],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+    if how == "approve":
+        assert outcome(start("run"))["status"] == "awaiting_approval"
+    else:
+        quote_arrived = tools.hold_first("/quote")
+        a = start("run")
+        assert quote_arrived.wait(30), "A never reached the quote"
+        time.sleep(0.5)  # A's plan reaches the store
+        a.kill()  # A dies holding the run
+        a.communicate(timeout=10)
+        tools.release_first("/quote")
+    store = _ReadsThenWaits(open_store(store_url))
+    b_orch = Orchestrator(catalog=Catalog.from_dict(catalog, source="t"),
+                          llm=ScriptedLLM(["unused"]), store=store,
+                          config=OrchestratorConfig(store_url=store_url,
+                                                    synthesis_enabled=False))
+    ended: list[Any] = []
+
+    def b() -> None:
+        try:
+            approvals = {"pay": Approval(approved=True)} if how == "approve" else None
+            ended.append(b_orch.resume(run_id, approvals=approvals))
+        except Exception as exc:  # what B raised is the finding
+            ended.append(exc)
+
+    b_thread = threading.Thread(target=b)
+    b_thread.start()
+    try:
+        assert store.has_read.wait(30), "B never read the run"
+        c = outcome(start(how))
+        assert c["status"] == "succeeded", c
+        assert tools.executed["/pay"] == 1
+    finally:
+        store.go_on.set()
+        b_thread.join(60)
+    (b_end,) = ended
+    assert tools.executed["/pay"] == 1, f"paid again by B: {b_end}"
+    if how == "approve":  # nothing waits for a decision any more
+        assert type(b_end).__name__ == "ApprovalError", b_end
+        assert "succeeded" in str(b_end)
+    else:  # the run as C finished it
+        assert not isinstance(b_end, BaseException), b_end
+        assert b_end.status == "succeeded"
+
+
 # --- concurrent first use of a fresh store -------------------------------------------------
 
 @pytest.mark.parametrize("runs", [5, 50])
@@ -169,6 +291,51 @@ def test_concurrent_first_runs_on_a_fresh_store_all_finish(
     results = asyncio.run(all_runs())
     assert [r.status for r in results] == ["succeeded"] * runs
     assert tools.executed["/pay"] == runs
+
+
+def test_first_runs_from_several_threads_on_a_fresh_store_all_finish(
+    store_url: str, tools: SideEffectTools,
+) -> None:
+    """A web app's worker threads each call ``run()`` (an event loop per call) on one
+    orchestrator whose store is new, twice. Before, on SQLite: runs failed with StoreError
+    ("duplicate column name", "UNIQUE constraint failed: dagwright_meta.key": each thread
+    created and migrated the layout at the same time) in 5 of 6 tries, and in the sixth
+    the process died of a segmentation fault (a thread whose run ended closed the
+    connection the others were writing with)."""
+    orch = orchestrator(tools, store_url)
+    runs = 8
+    ends: list[Any] = []
+    for round_number in range(2):  # a new store, then the same one in use
+        together = threading.Barrier(runs)
+
+        def one(i: int, round_number: int = round_number,
+                together: threading.Barrier = together) -> None:
+            together.wait(30)
+            try:
+                run = orch.run(QUERY, plan=pay_plan("pay"), run_id=f"thread-{round_number}-{i}")
+                ends.append(run.status)
+            except StoreError as exc:
+                ends.append(exc)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(runs)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+    assert ends == ["succeeded"] * runs * 2
+    assert tools.executed["/pay"] == runs * 2
+
+
+def test_processes_starting_at_once_on_a_fresh_store_all_finish(
+    store_url: str, tools: SideEffectTools,
+) -> None:
+    """Six processes (a service's workers, started together) make their first run on a
+    store nobody has opened yet. Before: on SQLite one in two tries had a process fail
+    with StoreError ("UNIQUE constraint failed: dagwright_meta.key")."""
+    processes = [child("run", store_url, f"process-{i}", tools) for i in range(6)]
+    ends = [outcome(p) for p in processes]
+    assert [e.get("status", e.get("message")) for e in ends] == ["succeeded"] * 6
+    assert tools.executed["/pay"] == 6
 
 
 # --- PostgreSQL as production runs it, crashed mid-run ------------------------------------------
@@ -230,6 +397,55 @@ def test_a_dead_postgres_is_a_store_error_not_a_driver_exception(
     finally:
         server.restart()
     assert tools.executed["/pay"] == 1
+
+
+def test_a_process_frozen_inside_its_marker_write_does_not_lock_the_run_forever(
+    postgres_server: PostgresServer, tools: SideEffectTools,
+) -> None:
+    """A is frozen (SIGSTOP) in the middle of the transaction that writes its payment's
+    marker, the run's row locked by a session whose client does not finish it. A resumer
+    must not wait on that lock for ever: its wait is bounded by the lease, and it is
+    refused (RunLeased, saying why) or, once the server ended A's idle transaction, takes
+    the run over. A wakes, finds its write took longer than its lease allows, and sends
+    nothing; a later resume ends the run. Before: B's resume hung on the row lock for as
+    long as A stayed frozen."""
+    import psycopg
+
+    url = postgres_server.create_database(f"frozenwrite_{uuid.uuid4().hex[:8]}")
+    run_id = f"frozen-write-{uuid.uuid4().hex[:8]}"
+    orchestrator(tools, url).run(QUERY, plan=pay_plan("pay"), run_id="layout")  # tables
+    tools.executed.clear()
+    blocker = psycopg.connect(url, autocommit=True)
+    with blocker, psycopg.connect(url, autocommit=True) as watcher, blocker.transaction():
+        # A's marker insert, in A's transaction, waits behind this lock
+        blocker.execute("LOCK TABLE dagwright_calls IN EXCLUSIVE MODE")
+        a = child("run", url, run_id, tools, lease_s=LEASE_S)
+        deadline = time.monotonic() + 30
+        while not watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query LIKE 'INSERT INTO dagwright_calls%'").fetchone()[0]:
+            assert time.monotonic() < deadline, "A's marker write never waited"
+            time.sleep(0.05)
+        os.kill(a.pid, signal.SIGSTOP)  # frozen inside its transaction
+    # the lock is gone: A's insert completes on the server, and A's transaction sits
+    # there, the run's row locked, its client frozen
+    try:
+        time.sleep(LEASE_S + 1.0)
+        started = time.monotonic()
+        b = outcome(child("resume", url, run_id, tools, lease_s=LEASE_S), timeout_s=30)
+        assert time.monotonic() - started < 20
+        if "raised" in b:
+            assert b["raised"] == "RunLeased", b
+            assert "paused in the middle of a write" in b["message"]
+        else:
+            assert b["status"] == "succeeded", b
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    a_end = outcome(a)
+    assert a_end.get("raised") in ("StoreError", "LeaseLost"), a_end
+    final = outcome(child("resume", url, run_id, tools, lease_s=LEASE_S))
+    assert final["steps"]["pay"]["status"] in ("succeeded", "unknown"), final["steps"]["pay"]
+    assert tools.executed["/pay"] == (final["steps"]["pay"]["status"] == "succeeded")
 
 
 # --- a SQLite store removed or filled mid-run ------------------------------------------------

@@ -8,14 +8,23 @@ step that fails with a named error — never an exception out of ``run()`` or ``
 from __future__ import annotations
 
 import json
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from orchestration import Catalog, ErrorCategory, Orchestrator, OrchestratorConfig, ScriptedLLM
-from orchestration.errors import ConfigError
+from orchestration import (
+    Catalog,
+    ErrorCategory,
+    Orchestrator,
+    OrchestratorConfig,
+    ScriptedLLM,
+    ToolFailed,
+)
+from orchestration.errors import ConfigError, InvalidInput
 from tests.support.hostile_tools import Drip, HostileTool, Huge, Reply
 
 DEEP = "[" * 1000 + "]" * 1000
@@ -204,3 +213,66 @@ def test_a_small_flat_output_within_the_limit_passes_as_is() -> None:
     result = orch(catalog, [], max_response_bytes=10_000).run("q", plan=plan)
     assert result.status == "succeeded", result.error
     assert result.steps["a"].output == output
+
+
+# --- text that is not valid Unicode, recorded in a real run store --------------------------
+
+LONE = "\ud800"  # what the JSON escape \ud800 decodes to without its pair
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_lone_surrogates_are_typed_errors_naming_where_they_were(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest,
+) -> None:
+    """Before: a plan parameter holding a lone surrogate raised PydanticSerializationError
+    out of run(), from the run recorder. Now each door names the place: the query
+    (InvalidInput), a given plan and a planner's answer (a failed run saying where), and
+    the store holds a readable record of what ran."""
+    url = (f"sqlite:///{tmp_path}/runs.db" if store == "sqlite" else
+           str(request.getfixturevalue("postgres_server").create_database(
+               f"surrogate_{tmp_path.name[-8:].lower()}")))
+    bad_plan = {"steps": [{"id": "a", "tool": "t", "capability": "echo",
+                           "params": {"v": "ok " + LONE}}]}
+    planner_answer = json.dumps(bad_plan)  # ASCII: the model's text holds the escape itself
+    assert "\\ud800" in planner_answer
+    runner = orch(echo_catalog(), [planner_answer] * 3, store_url=url)
+    with pytest.raises(InvalidInput, match=r"the query is not valid Unicode: character 4"):
+        runner.run("pay " + LONE)
+    given = runner.run("echo", plan=bad_plan)
+    assert given.status == "failed"
+    assert "step 'a': param $.v" in (given.error or "") and "lone surrogate" in (given.error or "")
+    planned = runner.run("echo")
+    assert planned.status == "failed" and "lone surrogate" in (planned.error or "")
+    for result in (given, planned):
+        json.dumps(result.to_dict(), ensure_ascii=False).encode("utf-8")
+        stored = runner.get_run(result.run_id)
+        assert stored is not None and stored.status == "failed"
+
+
+def _raises_on_an_undecodable_name(path: str = "report") -> Any:
+    # a file name that is not UTF-8, as Python decodes it (surrogateescape): '\udcff'
+    raise FileNotFoundError(f"no such file: {os.fsdecode(b'/data/' + bytes([0xFF]) + b'.csv')}")
+
+
+def _fails_naming_it(path: str = "report") -> Any:
+    raise ToolFailed("NO_FILE", f"no such file: {os.fsdecode(bytes([0xFF]))}",
+                     details={"path": os.fsdecode(bytes([0xFE]))})
+
+
+@pytest.mark.parametrize("tool", [_raises_on_an_undecodable_name, _fails_naming_it],
+                         ids=["raised", "tool_failed"])
+def test_a_tool_error_holding_a_lone_surrogate_is_recorded_escaped(tmp_path: Path, tool: Any) -> None:
+    """Before: the step's error could not be written to the run store, and
+    PydanticSerializationError escaped run(). The text is kept, the character escaped."""
+    catalog = Catalog()
+    catalog.add_function(tool, tool="files", capability="read")
+    runner = orch(catalog, [], store_url=f"sqlite:///{tmp_path}/runs.db")
+    result = runner.run("read", plan={"steps": [
+        {"id": "read", "tool": "files", "capability": "read", "params": {}}]})
+    error = result.steps["read"].error
+    assert result.status == "failed" and error is not None
+    assert "no such file" in error.message and "\\udcff" in error.message
+    json.dumps(result.to_dict(), ensure_ascii=False).encode("utf-8")
+    stored = runner.get_run(result.run_id)
+    assert stored is not None and stored.steps["read"].error is not None
+    assert stored.steps["read"].error.message == error.message

@@ -130,3 +130,63 @@ def test_the_401_of_serve_still_says_what_header_to_send(tmp_path: Path) -> None
     assert refused.status_code == 401
     message = refused.json()["error"]["message"]
     assert "[REDACTED]" not in message and "Bearer" in message and "Authorization" in message
+
+
+# a payment API's answer: an `authorization` object, a cookie, a clipped body
+PAYMENT_REPLY = {
+    "authorization": {"id": "auth_1", "status": "approved", "amount": 250},
+    "payment.authorization": True,
+    "cookie": "sid=ck-Secret-31337; theme=dark",
+    "headers": {"Authorization": "Token tk-Secret-4242", "Set-Cookie": "a=b; Path=/"},
+    "body": "abcdefghijklmnop… [truncated 120 chars]",
+    "lines": ["abcdefghijklmnop… [truncated 9 chars]"],
+}
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+def test_redacted_json_text_stays_the_same_document(indent: int | None) -> None:
+    """Text redaction (logs, the CLI) of a JSON document keeps it JSON with the same keys:
+    before, `"authorization": {...}` and `"cookie": "..."` lost their values' structure
+    to `[REDACTED]` (and the rest of the line with them), and a clipped value lost its
+    opening quote."""
+    text = json.dumps(PAYMENT_REPLY, indent=indent, ensure_ascii=False)
+    redacted = DEFAULT_REDACTOR.redact(text)
+    document = json.loads(redacted)
+    assert document.keys() == PAYMENT_REPLY.keys()
+    assert document["authorization"]["amount"] == 250
+    assert document["payment.authorization"] is True
+    for secret in ("ck-Secret-31337", "tk-Secret-4242"):
+        assert secret not in redacted
+
+
+def _payment_orchestrator(store_url: str) -> Orchestrator:
+    def pay(amount: int) -> dict[str, Any]:
+        return {**PAYMENT_REPLY, "amount": amount}
+
+    catalog = Catalog()
+    catalog.add_function(pay, tool="bank", capability="pay")
+    plan = {"steps": [{"id": "pay", "tool": "bank", "capability": "pay",
+                       "params": {"amount": 250}}]}
+    return Orchestrator(catalog=catalog, llm=ScriptedLLM(lambda request: plan),
+                        config=OrchestratorConfig(store_url=store_url, synthesis_enabled=False))
+
+
+def test_runs_show_json_keeps_a_payment_replys_structure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CLI's JSON is redacted as values, like serve's answers: same document, secret
+    strings masked. Before: `"authorization": [REDACTED]` followed by the object's
+    members — not JSON."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    result = _payment_orchestrator(url).run("pay 250")
+    monkeypatch.setenv("ORCH_STORE_URL", url)
+    out = io.StringIO()
+    assert cli_main(["runs", "show", result.run_id, "--json"], out=out) == 0
+    shown = json.loads(out.getvalue())
+    output = shown["steps"]["pay"]["output"]
+    assert output.keys() == {*PAYMENT_REPLY, "amount"}
+    assert output["payment.authorization"] is True and output["amount"] == 250
+    assert output["cookie"] == "[REDACTED]"
+    assert output["headers"]["Authorization"] == "[REDACTED]"
+    for secret in ("ck-Secret-31337", "tk-Secret-4242"):
+        assert secret not in out.getvalue()
