@@ -48,6 +48,52 @@ _REMOTE = re.compile(r"^https?://", re.IGNORECASE)
 FETCH_TIMEOUT_S = 30.0
 
 
+def _schemas_only(contents: Any) -> bool:
+    return isinstance(contents, dict | bool)
+
+
+def _id_of(contents: Any) -> str | None:
+    found = contents.get("$id") if isinstance(contents, dict) else None
+    return found if isinstance(found, str) else None
+
+
+def _subresources_of(contents: Any) -> Any:
+    """Draft 2020-12's subschemas of ``contents``, skipping what is not a schema: an
+    OpenAPI document is not one, and real ones hold shapes such as DigitalOcean's
+    ``properties: {$ref: 'attributes.yml#/name'}`` (a string where a subschema goes)."""
+    if not isinstance(contents, dict):
+        return
+    found = iter(referencing.jsonschema.DRAFT202012.subresources_of(contents))
+    while True:
+        try:
+            each = next(found)
+        except StopIteration:
+            return
+        except (AttributeError, TypeError):  # a keyword whose value has the wrong shape
+            return
+        if _schemas_only(each):
+            yield each
+
+
+def _anchors_in(specification: Any, contents: Any) -> Any:
+    if not isinstance(contents, dict):
+        return
+    if isinstance(contents.get("$anchor"), str):
+        yield referencing.Anchor(  # type: ignore[call-arg]  # attrs fields, not in the stub
+            name=contents["$anchor"], resource=specification.create_resource(contents))
+    if isinstance(contents.get("$dynamicAnchor"), str):
+        yield referencing.jsonschema.DynamicAnchor(  # type: ignore[call-arg]  # likewise
+            name=contents["$dynamicAnchor"], resource=specification.create_resource(contents))
+
+
+_SPECIFICATION: referencing.Specification[Any] = referencing.Specification(  # type: ignore[call-arg]
+    name="openapi (JSON Schema draft 2020-12, tolerant)", id_of=_id_of,
+    subresources_of=_subresources_of, anchors_in=_anchors_in,
+    maybe_in_subresource=referencing.jsonschema.DRAFT202012.maybe_in_subresource)
+"""How the documents are read for references: Draft 2020-12's rules (``$id`` scopes,
+anchors) on whatever parts are schemas, the rest ignored instead of raising."""
+
+
 def parse_text(text: str) -> Any:
     """JSON when it is JSON (ten times faster), else YAML."""
     stripped = text.lstrip()
@@ -76,11 +122,10 @@ class Documents:
         self._origin = _origin(self.base_uri) if self.is_url else None
         self._cache: dict[str, Any] = {}
         self.root: Any = self._read(self.base_uri, root=True)
-        specification = referencing.jsonschema.DRAFT202012
         registry: referencing.Registry[Any] = referencing.Registry(
             retrieve=self._retrieve)  # type: ignore[call-arg]  # attrs field, not in the stub
         registry = registry.with_resource(
-            self.base_uri, specification.create_resource(self.root))
+            self.base_uri, _SPECIFICATION.create_resource(self.root))
         self.resolver = registry.resolver(base_uri=self.base_uri)
 
     def _read(self, uri: str, *, root: bool = False) -> Any:
@@ -112,7 +157,7 @@ class Documents:
             raise CatalogError(
                 f"{uri} is on the network; references are fetched only from the spec's own "
                 "origin unless you pass allow_remote_refs=True")
-        return referencing.jsonschema.DRAFT202012.create_resource(self._read(uri))
+        return _SPECIFICATION.create_resource(self._read(uri))
 
 
 def _origin(uri: str) -> tuple[str, str]:

@@ -113,8 +113,9 @@ class SchemaBuilder:
                 continue
             where = f"{pointer}/{_escape(key)}"
             if key in _SCHEMA_MAPS and isinstance(value, dict):
-                out[key] = {str(k): self.schema(v, resolver, f"{where}/{_escape(str(k))}", refs)
-                            for k, v in value.items()}
+                out[key] = {str(k): self.schema(v, in_resolver, f"{where}/{_escape(str(k))}",
+                                                refs)
+                            for k, v, in_resolver in self._entries(value, resolver, where)}
             elif key in _SCHEMA_LISTS and isinstance(value, list):
                 out[key] = [self.schema(v, resolver, f"{where}/{i}", refs)
                             for i, v in enumerate(value)]
@@ -126,6 +127,27 @@ class SchemaBuilder:
             else:
                 out[key] = value
         return _dialect(out, oas30=self.oas30)
+
+    def _entries(self, value: dict[str, Any], resolver: Any,
+                 pointer: str) -> list[tuple[Any, Any, Any]]:
+        """A map of subschemas (``properties``...) as (name, schema, resolver) entries.
+
+        A string ``$ref`` in the map is a JSON Reference to the whole map, not a property
+        named ``$ref`` (DigitalOcean writes ``properties: {$ref: 'attributes.yml#/ids'}``);
+        the map it names is merged in, its own entries winning."""
+        ref = value.get("$ref")
+        if not isinstance(ref, str):
+            return [(k, v, resolver) for k, v in value.items()]
+        try:
+            resolved = resolver.lookup(ref)
+        except referencing.exceptions.Unresolvable as exc:
+            raise SchemaProblem(pointer, f"$ref {ref!r} does not resolve{_cause(exc)}") from None
+        if not isinstance(resolved.contents, dict):
+            raise SchemaProblem(pointer, f"$ref {ref!r} names a "
+                                f"{type(resolved.contents).__name__}, not a map of schemas")
+        merged = {k: (k, v, resolved.resolver) for k, v in resolved.contents.items()}
+        merged.update({k: (k, v, resolver) for k, v in value.items() if k != "$ref"})
+        return list(merged.values())
 
     def _reference(self, node: dict[str, Any], ref: str, resolver: Any, pointer: str,
                    refs: set[str]) -> Any:

@@ -188,7 +188,11 @@ class OpenAPISource:
         """One operation as a capability, or None (filtered out or skipped, and noted)."""
         pointer = pointer_of("paths", path_key, method)
         where = f"{method.upper()} {path_key}"
-        op = item[method]
+        unresolved: _Skip | None = None
+        try:  # an operation may itself be a $ref (DigitalOcean's files hold one each)
+            op, op_resolver = _follow(item[method], item_resolver, pointer)
+        except _Skip as problem:
+            op, op_resolver, unresolved = None, item_resolver, problem
         operation_id = op.get("operationId") if isinstance(op, dict) else None
         name = identifier(str(operation_id), "operation") if operation_id else identifier(
             f"{method}_{path_key}".replace("{", "").replace("}", ""), method)
@@ -203,10 +207,12 @@ class OpenAPISource:
                                 f"this one is named {renamed!r}")
             name = renamed
         try:
+            if unresolved is not None:
+                raise unresolved
             if not isinstance(op, dict):
                 raise _Skip(pointer, "the operation is not a mapping")
             cap = self._capability(tool, name, path_key, item, item_resolver, method, op,
-                                   pointer, builder)
+                                   op_resolver, pointer, builder)
         except (_Skip, SchemaProblem) as problem:
             self._skip(self._current, problem.pointer, problem.message)
             return None
@@ -219,8 +225,8 @@ class OpenAPISource:
         return cap
 
     def _capability(self, tool: str, name: str, path_key: str, item: dict[str, Any],
-                    item_resolver: Any, method: str, op: dict[str, Any], pointer: str,
-                    builder: SchemaBuilder) -> Capability:
+                    item_resolver: Any, method: str, op: dict[str, Any], op_resolver: Any,
+                    pointer: str, builder: SchemaBuilder) -> Capability:
         refs: set[str] = set()
         properties: dict[str, Any] = {}
         required: list[str] = []
@@ -230,7 +236,7 @@ class OpenAPISource:
         # path-level parameters, overridden by the operation's own (same name and location)
         declared: dict[tuple[str, str], tuple[dict[str, Any], Any, str]] = {}
         for owner, owner_resolver, owner_pointer in (
-                (item, item_resolver, pointer.rsplit("/", 1)[0]), (op, item_resolver, pointer)):
+                (item, item_resolver, pointer.rsplit("/", 1)[0]), (op, op_resolver, pointer)):
             raw_params = owner.get("parameters") or []
             if not isinstance(raw_params, list):
                 raise _Skip(f"{owner_pointer}/parameters", "'parameters' is not a list")
@@ -273,7 +279,7 @@ class OpenAPISource:
 
         if "requestBody" in op:
             body_pointer = f"{pointer}/requestBody"
-            body, resolver = _follow(op["requestBody"], item_resolver, body_pointer)
+            body, resolver = _follow(op["requestBody"], op_resolver, body_pointer)
             if not isinstance(body, dict):
                 raise _Skip(body_pointer, "the requestBody is not a mapping")
             content = body.get("content") if isinstance(body.get("content"), dict) else {}
@@ -302,7 +308,7 @@ class OpenAPISource:
             "tool": tool, "name": name,
             "description": "\n\n".join(str(t) for t in (summary, description) if t),
             "input_schema": input_schema,
-            "output_schema": self._output_schema(op, item_resolver, pointer, builder),
+            "output_schema": self._output_schema(op, op_resolver, pointer, builder),
             "method": operation.method,
             "headers": dict(self.headers),
             "timeout_s": self.timeout_s,

@@ -182,6 +182,44 @@ def test_a_multi_file_document_resolves_files_beside_it(tmp_path: Path) -> None:
     whole.close()
 
 
+def test_operations_and_property_maps_kept_in_other_files(tmp_path: Path) -> None:
+    """DigitalOcean's own layout: each operation is a file (``get: {$ref: ...}``) whose
+    references are relative to it, and a ``properties`` map can itself be a reference
+    (``properties: {$ref: 'attributes.yml#/ids'}``), which is not a property named $ref."""
+    (tmp_path / "resources" / "lb" / "models").mkdir(parents=True)
+    (tmp_path / "resources" / "lb" / "lb_create.yml").write_text(yaml.safe_dump({
+        "operationId": "loadBalancers_create",
+        "parameters": [{"$ref": "parameters.yml#/tag"}],
+        "requestBody": {"required": True, "content": {"application/json": {
+            "schema": {"$ref": "models/lb.yml"}}}},
+        "responses": {"202": {"description": "ok", "content": {"application/json": {
+            "schema": {"$ref": "models/lb.yml"}}}}}}))
+    (tmp_path / "resources" / "lb" / "parameters.yml").write_text(yaml.safe_dump({
+        "tag": {"name": "tag", "in": "query", "schema": {"type": "string"}}}))
+    (tmp_path / "resources" / "lb" / "models" / "lb.yml").write_text(yaml.safe_dump({
+        "allOf": [{"type": "object", "required": ["name"],
+                   "properties": {"name": {"type": "string"}}},
+                  {"type": "object", "properties": {"$ref": "attributes.yml#/droplet_ids"}}]}))
+    (tmp_path / "resources" / "lb" / "models" / "attributes.yml").write_text(yaml.safe_dump({
+        "droplet_ids": {"droplet_ids": {"type": "array", "items": {"type": "integer"}}}}))
+    root = write(tmp_path, doc({"/v2/load_balancers": {
+        "post": {"$ref": "resources/lb/lb_create.yml"},
+        "get": {"$ref": "resources/lb/missing.yml"}}}), "public.v2.yaml")
+    catalog = Catalog.from_openapi(root, base_url=BASE)
+    cap = catalog.get("test_api", "loadBalancers_create")
+    assert cap.method == "POST" and not cap.idempotent
+    assert set(cap.input_schema["properties"]) == {"tag", "body"}
+    body = cap.input_schema["properties"]["body"]  # small: inlined rather than a $defs entry
+    assert body["allOf"][1]["properties"] == {
+        "droplet_ids": {"type": "array", "items": {"type": "integer"}}}
+    assert cap.output_schema == body
+    assert catalog.notes == []
+    [skipped] = catalog.skipped  # the operation whose file is missing, and only it
+    assert skipped.item == "get_v2_load_balancers (GET /v2/load_balancers)"
+    assert "resources/lb/missing.yml" in skipped.message and "No such file" in skipped.message
+    catalog.close()
+
+
 def test_references_never_reach_the_network_unless_allowed(tmp_path: Path) -> None:
     spec = doc({"/x": {"get": {"operationId": "remote", "parameters": [{
         "name": "q", "in": "query",
