@@ -72,7 +72,9 @@ class _Def:
     size: int = 0
     lean: Any = None  # the schema without descriptions and examples, made when needed
     lean_size: int = 0
+    lean_refs: set[str] = field(default_factory=set)
     stub: Any = None  # what stands for it when even the lean form does not fit
+    stub_size: int = 0
 
 
 def size_of(schema: Any) -> int:
@@ -279,31 +281,38 @@ class SchemaBuilder:
         defs = self.closure(refs)
         if size_of(schema) + sum(d.size + len(n) + 4 for n, d in defs.items()) + 12 <= limit:
             return _with_defs(schema, {n: d.schema for n, d in defs.items()})
-        for definition in defs.values():
-            if definition.lean is None:
+        for name, definition in defs.items():
+            if definition.lean is None:  # made once per document, like the definition
                 definition.lean = _lean(definition.schema)
                 definition.lean_size = size_of(definition.lean)
+                definition.lean_refs = local_refs(definition.lean)
+                definition.stub = _open(definition.lean, name)
+                definition.stub_size = size_of(definition.stub)
         lean = {name: d.lean for name, d in defs.items()}
         base = size_of(schema) + 12
         if base + sum(d.lean_size + len(n) + 4 for n, d in defs.items()) <= limit:
             self.note(pointer, f"schema over {limit // 1024} KiB: descriptions and examples "
                       "of shared definitions left out")
             return _with_defs(schema, lean)
-        depth = _depths(refs, defs)
-        for name, definition in defs.items():
-            if definition.stub is None:
-                definition.stub = _open(definition.lean, name)
-        stubs = {n: d.stub for n, d in defs.items()}
-        for keep in range(max(depth.values(), default=0) - 1, 0, -1):
-            kept = {n: (lean[n] if depth[n] <= keep else stubs[n]) for n in lean}
-            out = _with_defs(schema, _used(schema, kept))
+        # A definition first reached d references deep is kept (lean) when d <= keep, an
+        # open stub when d == keep + 1, and unreachable beyond; sizes are known per
+        # definition, so each level is priced without building it.
+        reached = _depths(refs, defs)
+        depth = {n: reached.get(n, len(defs) + 2) for n in defs}  # unreached: never kept
+        for keep in range(max(reached.values(), default=0) - 1, 0, -1):
+            priced = base + sum((d.lean_size if depth[n] <= keep else d.stub_size) + len(n) + 4
+                                for n, d in defs.items() if depth[n] <= keep + 1)
+            if priced > limit:
+                continue
+            out = _with_defs(schema, {n: (d.lean if depth[n] <= keep else d.stub)
+                                      for n, d in defs.items() if depth[n] <= keep + 1})
             if size_of(out) <= limit:
                 self.note(pointer, f"schema over {limit // 1024} KiB: shared definitions more "
                           f"than {keep} reference(s) deep are not described (any value of "
                           "their type is accepted there)")
                 return out
         # even the definitions used directly do not fit: the schema's own nesting is cut
-        own = {n: stubs[n] for n in refs if n in stubs}
+        own = {n: defs[n].stub for n in refs if n in defs}
         frame = _lean_below_top(schema)
         for keep in range(8, 0, -1):
             out = _with_defs(_cut(frame, keep), own)
@@ -333,19 +342,6 @@ def local_refs(node: Any) -> set[str]:
 
 def _with_defs(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     return {**schema, "$defs": dict(sorted(defs.items()))} if defs else schema
-
-
-def _used(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
-    """Only the definitions reachable from ``schema`` through ``defs``."""
-    seen: dict[str, Any] = {}
-    todo = list(local_refs(schema))
-    while todo:
-        name = todo.pop()
-        if name in seen or name not in defs:
-            continue
-        seen[name] = defs[name]
-        todo.extend(local_refs(defs[name]))
-    return seen
 
 
 def _lean_below_top(schema: dict[str, Any]) -> dict[str, Any]:
@@ -415,11 +411,9 @@ def _depths(refs: set[str], defs: dict[str, _Def]) -> dict[str, int]:
     while frontier:
         for name in frontier:
             depth.setdefault(name, level)
-        frontier = {r for name in frontier for r in defs[name].refs if r not in depth}
+        frontier = {r for name in frontier for r in defs[name].lean_refs if r not in depth}
         level += 1
-    for name in defs:
-        depth.setdefault(name, level)
-    return depth
+    return depth  # a definition reached only through a text keyword (an example) is absent
 
 
 def _cause(exc: BaseException) -> str:
