@@ -315,12 +315,48 @@ class SchemaBuilder:
         own = {n: defs[n].stub for n in refs if n in defs}
         frame = _lean_below_top(schema)
         for keep in range(8, 0, -1):
-            out = _with_defs(_cut(frame, keep), own)
+            cut = _cut(frame, keep)
+            out = _with_defs(cut, {n: s for n, s in own.items() if n in local_refs(cut)})
             if size_of(out) <= limit:
+                self.note(pointer, f"schema over {limit // 1024} KiB: shared definitions are "
+                          f"not described and nesting deeper than {keep} level(s) is cut (any "
+                          "value of its type is accepted there)")
+                return out
+        # even one level does not fit (an operation with hundreds of query parameters):
+        # each parameter keeps its name and type only, then only the required ones are
+        # listed and the others are named in the description, still accepted
+        return self._names_only(frame, pointer, limit)
+
+    def _names_only(self, frame: dict[str, Any], pointer: str, limit: int) -> dict[str, Any]:
+        props = frame.get("properties")
+        typed = {name: _type_only(sub) for name, sub in (props or {}).items()} \
+            if isinstance(props, dict) else {}
+        out = {**{k: v for k, v in frame.items() if k not in ("properties", "$defs")},
+               "properties": typed}
+        if size_of(out) <= limit:
+            self.note(pointer, f"schema over {limit // 1024} KiB even one level deep: its "
+                      f"{len(typed)} parameters are listed with their types only")
+            return out
+        required = [r for r in frame.get("required") or [] if r in typed]
+        optional = [name for name in typed if name not in required]
+        out = {"type": "object", "properties": {r: typed[r] for r in required},
+               "additionalProperties": True}
+        if required:
+            out["required"] = required
+        room = limit - size_of(out) - 200
+        listed: list[str] = []
+        for name in optional:  # whole names only, as many as fit
+            room -= len(name) + 4
+            if room < 0:
                 break
-        self.note(pointer, f"schema over {limit // 1024} KiB: shared definitions are not "
-                  f"described and nesting deeper than {keep} level(s) is cut (any value of "
-                  "its type is accepted there)")
+            listed.append(name)
+        rest = len(optional) - len(listed)
+        out["description"] = (f"{len(optional)} optional parameters are accepted but not "
+                              f"described (schema too large): {', '.join(listed)}"
+                              + (f" and {rest} more" if rest else ""))
+        self.note(pointer, f"schema over {limit // 1024} KiB even one level deep: only its "
+                  f"{len(required)} required parameters are described; the "
+                  f"{len(optional)} optional ones are named in its description")
         return out
 
 
@@ -393,6 +429,13 @@ def _lean(schema: Any) -> Any:
         else:
             out[key] = value
     return out
+
+
+def _type_only(schema: Any) -> dict[str, Any]:
+    """A schema's type and nothing else (``{}`` when it has no single type)."""
+    if isinstance(schema, dict) and isinstance(schema.get("type"), str | list):
+        return {"type": schema["type"]}
+    return {}
 
 
 def _open(schema: Any, name: str) -> dict[str, Any]:

@@ -220,6 +220,38 @@ def test_operations_and_property_maps_kept_in_other_files(tmp_path: Path) -> Non
     catalog.close()
 
 
+@pytest.mark.parametrize("count", [600, 4000])
+def test_hundreds_of_query_parameters_stay_within_the_budget(tmp_path: Path, count: int) -> None:
+    """gsmtasks.com's task_exports_list has 582 filter parameters (64 KiB of schema even
+    cut one level deep, before): each keeps its name and type; past what even that
+    allows, the required ones are described and the others named, and still sent."""
+    from orchestration.sources.openapi import MAX_SCHEMA_BYTES
+
+    params = [{"name": "page", "in": "query", "required": True, "schema": {"type": "integer"}}]
+    params += [{"name": f"field_{i}__icontains", "in": "query", "description": "filter " * 9,
+                "schema": {"type": "string", "maxLength": 200}} for i in range(count)]
+    spec = doc({"/exports": {"get": {"operationId": "exports_list", "parameters": params,
+                                     "responses": OK}}})
+    catalog = Catalog.from_openapi(write(tmp_path, spec), base_url=BASE)
+    cap = catalog.get("test_api", "exports_list")
+    schema = cap.input_schema
+    assert len(json.dumps(schema, separators=(",", ":"))) <= MAX_SCHEMA_BYTES
+    assert schema_problems(schema, "exports") == [] and schema["required"] == ["page"]
+    [note] = catalog.notes
+    assert "even one level deep" in note.message
+    if count == 600:
+        assert len(schema["properties"]) == 601 and not schema["additionalProperties"]
+        assert schema["properties"]["field_7__icontains"] == {"type": "string"}
+    else:
+        assert set(schema["properties"]) == {"page"} and schema["additionalProperties"]
+        assert "field_0__icontains, field_1__icontains" in schema["description"]
+        assert schema["description"].endswith(" more")
+        request = cap.invoker.operation.render(  # type: ignore[union-attr]
+            {"page": 2, "field_3999__icontains": "x"})
+        assert list(request.query) == [("page", "2"), ("field_3999__icontains", "x")]
+    catalog.close()
+
+
 def test_references_never_reach_the_network_unless_allowed(tmp_path: Path) -> None:
     spec = doc({"/x": {"get": {"operationId": "remote", "parameters": [{
         "name": "q", "in": "query",
