@@ -63,6 +63,15 @@ def corpus(quick: bool, into: Path) -> list[tuple[str, Path]]:
     return paths
 
 
+def _version(path: Path) -> str:
+    """``3.1.0``, or ``swagger 2.0``, as the document says."""
+    found = re.search(r"[\"']?(openapi|swagger)[\"']?\s*:\s*['\"]?([\d.]+)",
+                      path.read_text(encoding="utf-8")[:4000])
+    if found is None:
+        return "?"
+    return found.group(2) if found.group(1) == "openapi" else f"swagger {found.group(2)}"
+
+
 def rows(paths: Sequence[tuple[str, Path]], repeat: int) -> list[list[Any]]:
     from tests.openapi.corpus import count_operations
 
@@ -70,8 +79,7 @@ def rows(paths: Sequence[tuple[str, Path]], repeat: int) -> list[list[Any]]:
     for name, path in paths:
         runs = [measure(path) for _ in range(repeat)]
         best = min(runs, key=lambda r: r["seconds"])
-        version = json.loads(path.read_text())["openapi"] if path.suffix == ".json" else (
-            re.search(r"[\"']?openapi[\"']?\s*:\s*['\"]?([\d.]+)", path.read_text()[:2000]) or [None, "?"])[1]
+        version = _version(path)
         operations = count_operations(path)
         out.append([name, version, operations, best["mapped"], best["skipped"], best["notes"],
                     f"{best['seconds']:.2f}", f"{best['largest'] / 1024:.1f}",

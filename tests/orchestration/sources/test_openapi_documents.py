@@ -182,6 +182,30 @@ def test_a_multi_file_document_resolves_files_beside_it(tmp_path: Path) -> None:
     whole.close()
 
 
+def test_digitaloceans_own_files_map_like_its_bundled_document(tmp_path: Path) -> None:
+    """DigitalOcean's specification folder as its authors keep it (2,907 files, each
+    operation in its own) maps the operations the bundled document of the corpus has
+    with the same parameters (the folder is newer: it has more operations)."""
+    docs = {d.name: d for d in kept_documents()}
+    split = Catalog.from_openapi(materialize(docs["digitalocean.com_multifile"], tmp_path),
+                                 base_url=BASE)
+    bundled = Catalog.from_openapi(materialize(docs["digitalocean.com"], tmp_path), base_url=BASE)
+    try:
+        assert len(split) == 659 and split.skipped == []
+        same = 0
+        for cap in bundled:
+            mine = {c.name: c for c in split}.get(cap.name)
+            if mine is None:
+                continue
+            same += set(mine.input_schema["properties"]) == set(cap.input_schema["properties"])
+        assert same >= 250  # of the bundled document's 290 (the API moved on in between)
+        create = split.get("digitalocean_api", "loadBalancers_create").input_schema
+        assert "droplet_ids" in json.dumps(create) and '"$ref": "attributes' not in json.dumps(create)
+    finally:
+        split.close()
+        bundled.close()
+
+
 def test_operations_and_property_maps_kept_in_other_files(tmp_path: Path) -> None:
     """DigitalOcean's own layout: each operation is a file (``get: {$ref: ...}``) whose
     references are relative to it, and a ``properties`` map can itself be a reference
