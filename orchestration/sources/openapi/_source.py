@@ -8,8 +8,8 @@ validation error) is kept as a note: both are the listing's ``notes``, which the
 offers as ``Catalog.skipped`` / ``Catalog.notes`` and ``dagwright tools --skipped``
 prints. ``strict=True`` refuses the document at the first problem instead, with a
 :class:`CatalogError` naming the operation and the pointer. Only what concerns the whole
-document (it cannot be read, it is not OpenAPI 3, it has no server URL and no
-``base_url`` was given) is always an error.
+document (it cannot be read, it is neither OpenAPI 3 nor Swagger 2.0, it has no server
+URL and no ``base_url`` was given) is always an error.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from orchestration.errors import CatalogError
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError, classify_http_response
 from orchestration.sources import SourceListing, SourceNote
 from orchestration.sources._runtime import SourceClosed, SourceRuntime
+from orchestration.sources.openapi import _swagger2 as swagger2
 from orchestration.sources.openapi._documents import Documents, pointer_of
 from orchestration.sources.openapi._names import NAME, identifier, tool_identifier
 from orchestration.sources.openapi._requests import (
@@ -114,6 +115,7 @@ class OpenAPISource:
         self._all_names: list[str] = []
         self._notes: list[SourceNote] = []
         self._current = "(document)"
+        self._swagger2: dict[str, Any] | None = None  # the root, when it is Swagger 2.0
 
     # --- loading ------------------------------------------------------------------
     def load_sync(self) -> SourceListing:
@@ -124,11 +126,12 @@ class OpenAPISource:
             raise CatalogError(f"{self.label}: the spec must be a mapping with 'openapi' and "
                                f"'paths', got {type(data).__name__}")
         version = str(data.get("openapi", ""))
-        if not re.match(r"^3\.[01]\.", version + "."):
+        self._swagger2 = data if swagger2.is_swagger2(data) else None
+        if not re.match(r"^3\.[01]\.", version + ".") and self._swagger2 is None:
             found = (f"swagger {data['swagger']}" if "swagger" in data
                      else (f"openapi {version}" if version else "no version"))
-            raise CatalogError(f"{self.label}: only OpenAPI 3.0 and 3.1 are supported, the spec "
-                               f"says {found} (field 'openapi')")
+            raise CatalogError(f"{self.label}: only OpenAPI 3.0, 3.1 and Swagger 2.0 are "
+                               f"supported, the spec says {found} (field 'openapi')")
         self._notes = []
         self.base_url = self._base_url(data, docs.base_uri)
         info: dict[str, Any] = data["info"] if isinstance(data.get("info"), dict) else {}
@@ -137,12 +140,15 @@ class OpenAPISource:
             raise CatalogError(f"{self.label}: tool name {tool!r} must match {NAME.pattern}")
         components: dict[str, Any] = (data["components"] if isinstance(data.get("components"), dict)
                                       else {})
-        self.schemes = read_schemes(self._deref_map(components.get("securitySchemes"), docs))
+        self.schemes = read_schemes(self._deref_map(
+            components.get("securitySchemes") if self._swagger2 is None
+            else swagger2.security_schemes(data), docs))
         self.default_security = _alternatives(data.get("security"))
         self.credentials = Credentials(self.label, tool, self._given_credentials, self.token_urls)
         self._check_credentials()
         self.credentials.check(self.schemes)
-        builder = SchemaBuilder(oas30=version.startswith("3.0"), note=self._note)
+        builder = SchemaBuilder(oas30=version.startswith("3.0") or self._swagger2 is not None,
+                                note=self._note)
         caps: list[Capability] = []
         seen: dict[str, str] = {}
         self._all_names = []
@@ -243,11 +249,20 @@ class OpenAPISource:
             for index, raw in enumerate(raw_params):
                 where = f"{owner_pointer}/parameters/{index}"
                 param, resolver = _follow(raw, owner_resolver, where)
+                if self._swagger2 is not None and isinstance(param, dict) \
+                        and param.get("in") not in ("body", "formData"):
+                    param = swagger2.parameter(param)
+                located = ("path", "query", "header", "cookie") + (
+                    ("body", "formData") if self._swagger2 is not None else ())
                 if not isinstance(param, dict) or not isinstance(param.get("name"), str) \
-                        or param.get("in") not in ("path", "query", "header", "cookie"):
+                        or param.get("in") not in located:
                     raise _Skip(where, "a parameter needs a 'name' and 'in' (path, query, "
-                                "header or cookie)")
+                                "header or cookie" + (", body or formData"
+                                                       if self._swagger2 is not None else "")
+                                + ")")
                 declared[(param["name"], param["in"])] = (param, resolver, where)
+        body_params = [declared.pop(key) for key in list(declared)
+                       if key[1] in ("body", "formData")]
         for (pname, location), (param, resolver, where) in declared.items():
             if location == "header" and pname.lower() in _IGNORED_HEADERS:
                 continue  # OpenAPI: these header parameters are ignored
@@ -277,11 +292,25 @@ class OpenAPISource:
             operation.params.append(Param(key, pname, location, style, bool(explode),
                                           bool(param.get("allowReserved"))))
 
+        body: Any = None
+        body_pointer, resolver = f"{pointer}/requestBody", op_resolver
         if "requestBody" in op:
-            body_pointer = f"{pointer}/requestBody"
             body, resolver = _follow(op["requestBody"], op_resolver, body_pointer)
             if not isinstance(body, dict):
                 raise _Skip(body_pointer, "the requestBody is not a mapping")
+        elif body_params:  # Swagger 2.0: the body parameter, or the formData ones
+            root = self._swagger2 or {}
+            [*bodies] = (p for p in body_params if p[0]["in"] == "body")
+            if bodies:
+                param, resolver, body_pointer = bodies[0]
+                body = {"content": swagger2.body_content(param, op, root),
+                        "required": param.get("required"), "description": param.get("description")}
+            else:
+                content, _ = swagger2.form_schema([p[0] for p in body_params], op, root)
+                body = {"content": content, "required": any(p[0].get("required")
+                                                            for p in body_params)}
+                _, resolver, body_pointer = body_params[0]
+        if body is not None:
             content = body.get("content") if isinstance(body.get("content"), dict) else {}
             if content:
                 body_key = "body" if "body" not in properties else "_body"
@@ -425,6 +454,8 @@ class OpenAPISource:
             where = f"{pointer}/responses/{status}"
             try:
                 response, inner = _follow(responses[status], resolver, where)
+                if self._swagger2 is not None and isinstance(response, dict):
+                    response = swagger2.response(response, op, self._swagger2)
                 content = response.get("content") if isinstance(response, dict) else None
                 if not isinstance(content, dict):
                     continue
@@ -503,6 +534,12 @@ class OpenAPISource:
     def _base_url(self, data: dict[str, Any], base_uri: str) -> str:
         if self.base_url_override:
             return self.base_url_override.rstrip("/")
+        if self._swagger2 is not None:
+            url = swagger2.base_url(data, self.spec if self.is_url else None)
+            if url is None:
+                raise CatalogError(f"{self.label}: the Swagger 2.0 document has no 'host' and "
+                                   "was not loaded from a URL; give base_url=...")
+            return url
         servers = data.get("servers") or []
         if isinstance(servers, list) and servers and isinstance(servers[0], dict) \
                 and servers[0].get("url"):
