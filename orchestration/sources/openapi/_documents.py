@@ -121,7 +121,12 @@ class Documents:
         self.base_uri = spec if self.is_url else Path(spec).resolve().as_uri()
         self._origin = _origin(self.base_uri) if self.is_url else None
         self._cache: dict[str, Any] = {}
-        self.root: Any = self._read(self.base_uri, root=True)
+        self._http: httpx.Client | None = None  # one pool for every document fetched
+        try:
+            self.root: Any = self._read(self.base_uri, root=True)
+        except BaseException:
+            self.close()
+            raise
         registry: referencing.Registry[Any] = referencing.Registry(
             retrieve=self._retrieve)  # type: ignore[call-arg]  # attrs field, not in the stub
         registry = registry.with_resource(
@@ -134,7 +139,9 @@ class Documents:
         what = "the spec" if root else f"the referenced document {uri}"
         try:
             if _REMOTE.match(uri):
-                response = httpx.get(uri, timeout=FETCH_TIMEOUT_S, follow_redirects=True)
+                if self._http is None:  # a client per fetch costs ~40 ms (its TLS context)
+                    self._http = httpx.Client(timeout=FETCH_TIMEOUT_S, follow_redirects=True)
+                response = self._http.get(uri)
                 response.raise_for_status()
                 text = response.text
             elif uri.startswith("file:"):
@@ -149,6 +156,12 @@ class Documents:
             raise CatalogError(f"{self.label}: {what} is not valid YAML or JSON: {exc}") from exc
         self._cache[uri] = data
         return data
+
+    def close(self) -> None:
+        """Release the connections of documents fetched over the network."""
+        if self._http is not None:
+            self._http.close()
+            self._http = None
 
     def _retrieve(self, uri: str) -> referencing.Resource[Any]:
         """The :mod:`referencing` hook: a document a ``$ref`` names, if it may be read."""

@@ -121,6 +121,12 @@ class OpenAPISource:
     def load_sync(self) -> SourceListing:
         """Read the document and map every (selected) operation; see the module docstring."""
         docs = Documents(self.spec, self.label, allow_remote_refs=self.allow_remote_refs)
+        try:
+            return self._load(docs)
+        finally:
+            docs.close()
+
+    def _load(self, docs: Documents) -> SourceListing:
         data = docs.root
         if not isinstance(data, dict):
             raise CatalogError(f"{self.label}: the spec must be a mapping with 'openapi' and "

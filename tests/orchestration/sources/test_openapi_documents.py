@@ -206,6 +206,45 @@ def test_digitaloceans_own_files_map_like_its_bundled_document(tmp_path: Path) -
         bundled.close()
 
 
+def test_a_multi_file_document_given_as_a_url_is_fetched_over_few_connections(
+        tmp_path: Path) -> None:
+    """DigitalOcean's folder served on 127.0.0.1 and loaded by URL: its files are fetched
+    from the spec's own origin over kept-alive connections (a client per file made this
+    load take 141 s instead of 5)."""
+    import functools
+    import http.server
+    import threading
+
+    docs = {d.name: d for d in kept_documents()}
+    root = materialize(docs["digitalocean.com_multifile"], tmp_path)
+    connections: list[int] = []
+    requests: list[str] = []
+
+    class Files(http.server.SimpleHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as real servers offer
+        disable_nagle_algorithm = True  # headers and body are written apart
+
+        def setup(self) -> None:
+            connections.append(1)
+            super().setup()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            requests.append(str(args[0]))
+
+    handler = functools.partial(Files, directory=str(root.parent.parent))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/specification/{root.name}"
+        catalog = Catalog.from_openapi(url, base_url=BASE)
+        assert len(catalog) == 659 and catalog.skipped == []
+        assert len(requests) > 1000 and len(connections) <= 5
+        catalog.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_operations_and_property_maps_kept_in_other_files(tmp_path: Path) -> None:
     """DigitalOcean's own layout: each operation is a file (``get: {$ref: ...}``) whose
     references are relative to it, and a ``properties`` map can itself be a reference
