@@ -527,8 +527,10 @@ class OpenAPISource:
         assert self.credentials is not None
         for name, scheme in self.schemes.items():
             if scheme.kind == "unsupported":
+                where = (("components", "securitySchemes") if self._swagger2 is None
+                         else ("securityDefinitions",))
                 self._notes.append(SourceNote(
-                    self.label, "(document)", pointer_of("components", "securitySchemes", name),
+                    self.label, "(document)", pointer_of(*where, name),
                     f"security scheme {name!r} ({scheme.why}) is not supported; give the "
                     "credential as headers= instead"))
         unknown = self.credentials.names() - set(self.schemes)

@@ -234,6 +234,7 @@ def test_slacks_swagger_2_document_header_token_query_and_form_body(
                                    base_url=server.url)
     [oauth] = catalog.notes  # its OAuth2 (accessCode) flow: the token is given as a parameter
     assert "OAuth2 flow(s) authorizationCode; only clientCredentials" in oauth.message
+    assert oauth.pointer == "#/securityDefinitions/slackAuth"
     post = catalog.get("slack_web_api", "chat_postMessage")
     assert post.input_schema["required"] == ["token", "body"]
     assert post.input_schema["properties"]["body"]["required"] == ["channel"]
