@@ -11,8 +11,9 @@ built on): JSON pointers, relative URIs against the document that holds the refe
 
 Every document read is kept, so a file referenced 300 times is parsed once. YAML is read
 with libyaml when it is there (OpenAI's 3 MB document parses in a second instead of 20)
-and without YAML 1.1's timestamp rule, so ``example: 2024-01-01`` stays the text the
-author wrote instead of becoming a ``date`` no JSON encoder takes.
+and by YAML 1.2's core rules rather than YAML 1.1's (see ``_Loader``), so
+``example: 2024-01-01`` stays the text the author wrote instead of becoming a ``date`` no
+JSON encoder takes, and ``enum: [on, off]`` stays two strings.
 """
 
 from __future__ import annotations
@@ -36,13 +37,47 @@ _BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class _Loader(_BaseLoader):
-    """Safe YAML without the timestamp rule (dates stay text, as JSON Schema wants)."""
+    """Safe YAML read by YAML 1.2's core rules, as the tools that write OpenAPI documents
+    (js-yaml, Redocly, Swagger Editor) read it, not PyYAML's YAML 1.1 ones: ``on``/``off``/
+    ``yes``/``no`` stay text (an ``enum: [on, off]`` is two strings), ``12:30`` is text,
+    not 750 (base 60), ``017`` is 17, not octal, and dates stay text (as JSON Schema wants)."""
 
 
+_YAML11_ONLY = {"tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:bool",
+                "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}
 _Loader.yaml_implicit_resolvers = {
-    first: [(tag, rule) for tag, rule in rules if tag != "tag:yaml.org,2002:timestamp"]
+    first: [(tag, rule) for tag, rule in rules if tag not in _YAML11_ONLY]
     for first, rules in _BaseLoader.yaml_implicit_resolvers.items()
 }
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+    list("tTfF"))
+_Loader.add_implicit_resolver(  # int before float: the first rule that matches wins
+    "tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
+    list("-+0123456789"))
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+.0123456789"))
+
+
+def _yaml12_int(loader: Any, node: Any) -> int:
+    text = str(loader.construct_scalar(node))
+    if text.startswith(("0o", "0x")):
+        return int(text[2:], 8 if text[1] == "o" else 16)
+    return int(text.replace("_", ""), 10)  # an explicit !!int may still use separators
+
+
+def _yaml12_float(loader: Any, node: Any) -> float:
+    text = str(loader.construct_scalar(node)).lower()
+    if text.endswith(("inf", "nan")):
+        return float(text.replace(".", ""))
+    return float(text.replace("_", ""))
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _yaml12_int)
+_Loader.add_constructor("tag:yaml.org,2002:float", _yaml12_float)
 
 _REMOTE = re.compile(r"^https?://", re.IGNORECASE)
 FETCH_TIMEOUT_S = 30.0

@@ -43,6 +43,32 @@ def test_a_31_document_without_paths_loads_empty(tmp_path: Path) -> None:
     assert len(catalog) == 0 and catalog.skipped == [] and catalog.notes == []
 
 
+def test_yaml_is_read_by_yaml_1_2_rules_as_openapi_tools_write_it(tmp_path: Path) -> None:
+    """PyYAML's YAML 1.1 would read ``on``/``off`` as booleans, ``12:30`` as 750 and
+    ``017`` as 15: values the API never meant, sent on the wire as they were read."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("""openapi: 3.0.3
+info: {title: Lights, version: '1'}
+paths:
+  /lamp:
+    put:
+      operationId: setLamp
+      parameters:
+        - {name: state, in: query, required: true, schema: {type: string, enum: [on, off]}}
+        - {name: at, in: query, schema: {type: string, example: 12:30}}
+        - {name: mode, in: query, schema: {type: integer, default: 017}}
+        - {name: since, in: query, schema: {type: string, example: 2024-01-01}}
+        - {name: gain, in: query, schema: {type: number, default: .5, maximum: 1e3}}
+      responses: {'204': {description: done}}
+""")
+    props = Catalog.from_openapi(spec, base_url=BASE).get("lights", "setLamp").input_schema[
+        "properties"]
+    assert props["state"]["enum"] == ["on", "off"]
+    assert props["at"]["example"] == "12:30" and props["since"]["example"] == "2024-01-01"
+    assert props["mode"]["default"] == 17
+    assert props["gain"] == {"type": "number", "default": 0.5, "maximum": 1000.0}
+
+
 def test_names_are_clean_identifiers(tmp_path: Path) -> None:
     spec = doc({"/pets/{petId}/photos": {"get": {"responses": OK}},
                 "/v1/a.b": {"post": {"operationId": "make thing!", "responses": OK}}})
