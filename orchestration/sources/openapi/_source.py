@@ -190,7 +190,7 @@ class OpenAPISource:
             missing = [o for o in self.operations if identifier(o, o) not in known]
             if missing:
                 raise CatalogError(f"{self.label}: no operation(s) {', '.join(missing)} "
-                                   f"(it has: {', '.join(sorted(self._all_names)) or 'none'})")
+                                   f"({_offered(missing, self._all_names)})")
         description = str(info.get("description") or info.get("title") or "")
         # every definition and every piece around them was checked (and repaired) once
         return SourceListing(caps, {tool: description}, list(self._notes), schemas_checked=True)
@@ -678,6 +678,17 @@ def _follow(node: Any, resolver: Any, pointer: str) -> tuple[Any, Any]:
             raise _Skip(pointer, f"$ref {ref!r} does not resolve{why}") from None
         node, resolver, pointer = resolved.contents, resolved.resolver, ref
     raise _Skip(pointer, f"more than {_MAX_REF_HOPS} $refs in a row (a cycle?)")
+
+
+def _offered(missing: list[str], names: list[str]) -> str:
+    """What the document has, for a CatalogError: all of it when short, else the count
+    and the names closest to those asked for (a document may have thousands)."""
+    import difflib
+
+    if len(names) <= 30:
+        return f"it has: {', '.join(sorted(names)) or 'none'}"
+    close = dict.fromkeys(n for m in missing for n in difflib.get_close_matches(m, names, 5, 0.5))
+    return f"it has {len(names)}" + (f"; closest: {', '.join(close)}" if close else "")
 
 
 def _alternatives(security: Any) -> list[list[str]]:

@@ -225,6 +225,10 @@ def test_digitaloceans_own_files_map_like_its_bundled_document(tmp_path: Path) -
                 continue
             same += set(mine.input_schema["properties"]) == set(cap.input_schema["properties"])
         assert same >= 250  # of the bundled document's 290 (the API moved on in between)
+        with pytest.raises(CatalogError, match=r"no operation\(s\) droplets_lst \(it has 659; "
+                           r"closest: droplets_list, "):
+            Catalog.from_openapi(materialize(docs["digitalocean.com_multifile"], tmp_path),
+                                 base_url=BASE, operations=["droplets_lst"])
         create = split.get("digitalocean_api", "loadBalancers_create").input_schema
         assert "droplet_ids" in json.dumps(create) and '"$ref": "attributes' not in json.dumps(create)
     finally:
