@@ -75,6 +75,7 @@ try:
     import httpx2
     import mcp.types as mcp_types
     from mcp import Client, StdioServerParameters
+    from mcp.client.sse import sse_client
     from mcp.client.stdio import stdio_client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared.exceptions import MCPError
@@ -229,6 +230,8 @@ def _explain(exc: BaseException) -> str:
     if isinstance(exc, _Unavailable):
         return str(exc)
     text = str(exc) or type(exc).__name__
+    if type(exc).__name__ == "HTTPStatusError":  # httpx adds a line pointing to MDN
+        text = text.splitlines()[0]
     return text if type(exc).__name__ in text else f"{type(exc).__name__}: {text}"
 
 
@@ -420,6 +423,8 @@ class MCPServerSource:
         self._open_lock: asyncio.Lock | None = None
         self._lock_loop: asyncio.AbstractEventLoop | None = None
         self._auth_status: int | None = None
+        self._refused_status: int | None = None  # a 4xx to the streamable HTTP POST
+        self._http_transport = "streamable"  # "sse" once a server shows it only has that
         self._mode: Any = "auto"  # how the SDK negotiates; "legacy" once a server shows it is
 
     def describe(self) -> str:
@@ -631,6 +636,29 @@ class MCPServerSource:
             return self._session.client
 
     async def _open(self, loop: asyncio.AbstractEventLoop) -> _Session:
+        """A new session; a URL whose POST is refused (400/404/405) is tried once more
+        with MCP's older HTTP+SSE transport, as the specification's backwards
+        compatibility rules say a client may (servers in the wild still offer only it)."""
+        self._refused_status = None
+        try:
+            return await self._open_once(loop)
+        except _Unavailable as first:
+            refused = self._refused_status
+            if self.url is None or self._http_transport != "streamable" \
+                    or refused not in (400, 404, 405):
+                raise
+            self._http_transport = "sse"
+            try:
+                return await self._open_once(loop)
+            except _Unavailable as second:
+                self._http_transport = "streamable"
+                raise _Unavailable(
+                    f"it takes neither MCP's streamable HTTP (POST {self.url} was answered HTTP "
+                    f"{refused}) nor the older HTTP+SSE transport ({second}); check the URL "
+                    "(streamable HTTP servers usually listen on /mcp, SSE ones on /sse)",
+                    http_status=second.http_status) from first
+
+    async def _open_once(self, loop: asyncio.AbstractEventLoop) -> _Session:
         session = _Session(loop)
         ready: asyncio.Future[Client] = loop.create_future()
         session.task = asyncio.create_task(self._own(session, ready), name=self.label)
@@ -686,12 +714,17 @@ class MCPServerSource:
             async def remember_status(response: httpx2.Response) -> None:
                 if response.status_code in (401, 403):
                     self._auth_status = response.status_code
+                elif response.status_code in (400, 404, 405) and response.request.method == "POST":
+                    self._refused_status = response.status_code
 
             http = httpx2.AsyncClient(headers=self.headers,
                                       timeout=httpx2.Timeout(30.0, read=300.0),
                                       event_hooks={"response": [remember_status]})
             await stack.enter_async_context(http)
-            transport = streamable_http_client(self.url, http_client=http)
+            transport = (streamable_http_client(self.url, http_client=http)
+                         if self._http_transport == "streamable"
+                         else sse_client(self.url, headers=self.headers, timeout=30.0,
+                                         sse_read_timeout=300.0))
         client = Client(transport, cache=None, mode=self._mode)
         entered = await stack.enter_async_context(client)
         if self._mode == "auto" and entered.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:

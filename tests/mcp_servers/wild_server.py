@@ -9,7 +9,8 @@ Modes:
 * ``noisy``: a banner and a JSON log line on stdout at start and a print on every call;
 * ``noisy-crash``: the banner, then the reason it cannot start on stdout, and exit 3;
 * ``resources``: resources only, no tools;
-* ``slow``: says on stderr that it is loading, and does not answer for 60 s.
+* ``slow``: says on stderr that it is loading, and does not answer for 60 s;
+* ``sse PORT``: MCP's older HTTP+SSE transport only, on 127.0.0.1:PORT (``/sse``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,19 @@ if MODE.startswith("noisy"):
 if MODE == "slow":
     print("loading a large index before answering...", file=sys.stderr, flush=True)
     time.sleep(60)
+    sys.exit(0)
+
+if MODE == "sse":
+    from mcp.server.fastmcp import FastMCP
+
+    legacy = FastMCP("wild-sse", host="127.0.0.1", port=int(sys.argv[2]), log_level="WARNING")
+
+    @legacy.tool()
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    legacy.run(transport="sse")
     sys.exit(0)
 
 import anyio  # noqa: E402 - after the modes that never reach the SDK

@@ -13,7 +13,7 @@ import pytest
 
 from orchestration import Catalog, CatalogError, ErrorCategory
 from orchestration.llm.base import LLMRequest
-from tests.support.sources import STDIO_COMMAND, orchestrator
+from tests.support.sources import STDIO_COMMAND, free_port, orchestrator, wait_for_port
 
 pytest.importorskip("mcp", reason="the 'mcp' extra is not installed")
 
@@ -109,3 +109,28 @@ def test_a_server_without_tools_adds_nothing_and_says_so() -> None:
         assert "offers no tools (it declares resources)" in skipped.message
     finally:
         catalog.close()
+
+
+def test_a_server_that_only_speaks_the_older_http_sse_transport() -> None:
+    """A URL whose POST is refused is tried with MCP's HTTP+SSE transport (1.x servers
+    started with transport="sse" still offer only it); a wrong URL says what was tried."""
+    import subprocess
+
+    port = free_port()
+    process = subprocess.Popen([*wild("sse"), str(port)], stderr=subprocess.DEVNULL)
+    catalog = Catalog()
+    try:
+        wait_for_port(port, process)
+        catalog.add_mcp_server("legacy", url=f"http://127.0.0.1:{port}/sse")
+        plan = {"steps": [{"id": "a", "tool": "legacy", "capability": "add",
+                           "params": {"a": 2, "b": 40}}]}
+        assert orchestrator(catalog, [plan]).run("add").steps["a"].output == {"result": 42}
+        with pytest.raises(CatalogError) as caught:
+            Catalog().add_mcp_server("lost", url=f"http://127.0.0.1:{port}/mcp")
+        text = str(caught.value)
+        assert "neither MCP's streamable HTTP" in text and "answered HTTP 404" in text
+        assert "SSE ones on /sse" in text and "developer.mozilla" not in text
+    finally:
+        catalog.close()
+        process.terminate()
+        process.wait(10)
