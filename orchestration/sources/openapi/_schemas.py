@@ -469,6 +469,8 @@ def _cause(exc: BaseException) -> str:
     if reason is None or not str(reason):
         return ""
     text = str(reason)
+    if isinstance(reason, KeyError | IndexError) and reason.args:  # the pointer's dead end
+        text = f"there is no {reason.args[0]!r} where the pointer leads"
     if isinstance(reason, OSError) and reason.strerror:
         text = f"{reason.strerror}: {reason.filename}" if reason.filename else reason.strerror
     return f": {text}"

@@ -1,8 +1,8 @@
 """One OpenAPI document as a source: its operations as capabilities, one pooled HTTP client.
 
 Loading never refuses a whole document for one operation. Each operation is mapped on
-its own; one that cannot be (a ``$ref`` that does not resolve, a body only in XML, a
-parameter without a name) is left out with its reason and JSON pointer, and what was
+its own; one that cannot be (a ``$ref`` that does not resolve, a parameter without a
+name) is left out with its reason and JSON pointer, and what was
 repaired on the way (a duplicate ``required`` entry, a schema cut to size, a spec
 validation error) is kept as a note: both are the listing's ``notes``, which the catalog
 offers as ``Catalog.skipped`` / ``Catalog.notes`` and ``dagwright tools --skipped``
@@ -54,6 +54,7 @@ METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 _JSON_MEDIA = re.compile(r"^application/(?:[\w.-]+\+)?json\b|^\*/\*$|^application/\*$",
                          re.IGNORECASE)
 _FORM = "application/x-www-form-urlencoded"
+_XML = re.compile(r"[/+]xml\b", re.IGNORECASE)
 _MULTIPART = re.compile(r"^multipart/", re.IGNORECASE)
 _IGNORED_HEADERS = frozenset({"accept", "content-type", "authorization"})
 _MAX_REF_HOPS = 32
@@ -376,7 +377,8 @@ class OpenAPISource:
                   or next((m for m in medias if m.lower().startswith(_FORM)), None)
                   or next((m for m in medias if _MULTIPART.match(m)), None)
                   or next((m for m in medias if m.lower().startswith("text/")), None)
-                  or next((m for m in medias if not re.search(r"xml", m, re.I)), None))
+                  or next((m for m in medias if not _XML.search(m)), None)
+                  or next(iter(medias), None))  # XML only: sent as the XML text given
         if chosen is None:
             raise _Skip(f"{pointer}/content", "the request body is only offered as "
                         f"{', '.join(medias)}, which is not supported (JSON, form, "
@@ -391,10 +393,12 @@ class OpenAPISource:
                     if isinstance(v, dict)}
         if _JSON_MEDIA.match(chosen):
             return Body(key, "application/json" if "*" in chosen else chosen, "json"), schema
-        if chosen.lower().startswith("text/"):
+        if chosen.lower().startswith("text/") or _XML.search(chosen):
+            said = schema.get("description") if isinstance(schema, dict) else None
+            if _XML.search(chosen):  # the document's XML schema is not a JSON one: say so
+                said = f"the body as {chosen} text" + (f": {said}" if said else "")
             return Body(key, chosen, "text"), {"type": "string", **(
-                {"description": schema["description"]} if isinstance(schema, dict)
-                and "description" in schema else {})}
+                {"description": said} if said else {})}
         if not chosen.lower().startswith(_FORM) and not _MULTIPART.match(chosen):
             return Body(key, chosen, "binary"), dict(FILE_INPUT_SCHEMA)
         kind = "form" if chosen.lower().startswith(_FORM) else "multipart"
