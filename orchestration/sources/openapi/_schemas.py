@@ -27,6 +27,7 @@ schemas that say so. Nothing is ever cut in the middle of a JSON text.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +51,7 @@ _SCHEMA_ONE = ("additionalProperties", "not", "if", "then", "else", "contains", 
 _DROPPED = frozenset({"xml", "externalDocs"})
 _TEXT_KEYS = ("description", "example", "examples", "title")
 _META = _static_meta_202012()
+_BARE_NAME = re.compile(r"^[A-Za-z_][\w-]*$")  # no '#', '/' or '.': not a file or pointer
 
 
 class SchemaProblem(Exception):
@@ -84,9 +86,11 @@ def size_of(schema: Any) -> int:
 class SchemaBuilder:
     """Converts the schemas of one document; definitions are shared by its operations."""
 
-    def __init__(self, *, oas30: bool, note: Callable[[str, str], None]) -> None:
+    def __init__(self, *, oas30: bool, note: Callable[[str, str], None],
+                 swagger2: bool = False) -> None:
         self.oas30 = oas30  # 3.0: what stands beside a $ref is ignored
         self.note = note  # note(pointer, message)
+        self.swagger2 = swagger2  # `$ref: Pet` is short for `#/definitions/Pet` there
         self._by_target: dict[int, _Def] = {}
         self._by_name: dict[str, _Def] = {}
 
@@ -165,6 +169,8 @@ class SchemaBuilder:
                 "$ref": f"#/$defs/{target.name}"}
 
     def _definition(self, ref: str, resolver: Any, pointer: str) -> _Def:
+        if self.swagger2 and _BARE_NAME.match(ref):  # Swagger 2.0 tools read it so
+            ref = f"#/definitions/{ref}"
         try:
             resolved = resolver.lookup(ref)
         except referencing.exceptions.Unresolvable as exc:

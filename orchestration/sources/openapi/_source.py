@@ -155,7 +155,7 @@ class OpenAPISource:
         self._check_credentials()
         self.credentials.check(self.schemes)
         builder = SchemaBuilder(oas30=version.startswith("3.0") or self._swagger2 is not None,
-                                note=self._note)
+                                note=self._note, swagger2=self._swagger2 is not None)
         caps: list[Capability] = []
         seen: dict[str, str] = {}
         self._all_names = []

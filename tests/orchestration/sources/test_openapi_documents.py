@@ -69,6 +69,23 @@ paths:
     assert props["gain"] == {"type": "number", "default": 0.5, "maximum": 1000.0}
 
 
+def test_swagger_2_short_references_name_definitions(tmp_path: Path) -> None:
+    """Swagger 2.0's ``$ref: pet`` (no '#', '/' or '.') is read as ``#/definitions/pet``,
+    as Swagger's own tools read it (the original petstore-simple example writes it so)."""
+    spec = {"swagger": "2.0", "info": {"title": "Pets", "version": "1"}, "host": "127.0.0.1:9",
+            "definitions": {"pet": {"type": "object", "required": ["name"],
+                                    "properties": {"name": {"type": "string"}}},
+                            "petInput": {"allOf": [{"$ref": "pet"}, {"type": "object"}]}},
+            "paths": {"/pets": {"post": {"operationId": "addPet", "parameters": [
+                {"name": "pet", "in": "body", "required": True, "schema": {"$ref": "petInput"}}],
+                "responses": {"200": {"description": "ok", "schema": {"$ref": "pet"}}}}}}}
+    catalog = Catalog.from_openapi(write(tmp_path, spec))
+    cap = catalog.get("pets", "addPet")
+    assert catalog.skipped == [] and cap.output_schema is not None
+    assert cap.output_schema["required"] == ["name"]
+    assert cap.input_schema["properties"]["body"]["allOf"][0]["required"] == ["name"]
+
+
 def test_names_are_clean_identifiers(tmp_path: Path) -> None:
     spec = doc({"/pets/{petId}/photos": {"get": {"responses": OK}},
                 "/v1/a.b": {"post": {"operationId": "make thing!", "responses": OK}}})
