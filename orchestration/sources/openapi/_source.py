@@ -165,6 +165,8 @@ class OpenAPISource:
             paths = None
         for path_key, raw_item in (paths or {}).items():
             path_key = str(path_key)
+            if path_key.startswith("x-"):  # an extension of the Paths object, not a path
+                continue
             item_pointer = pointer_of("paths", path_key)
             self._current = path_key
             try:

@@ -88,10 +88,12 @@ def test_swagger_2_short_references_name_definitions(tmp_path: Path) -> None:
 
 def test_names_are_clean_identifiers(tmp_path: Path) -> None:
     spec = doc({"/pets/{petId}/photos": {"get": {"responses": OK}},
+                "x-codegen-contextRoot": "/apis/registry",  # an extension, as Apicurio has
                 "/v1/a.b": {"post": {"operationId": "make thing!", "responses": OK}}})
     catalog = Catalog.from_openapi(write(tmp_path, spec), base_url=BASE)
     assert sorted(c.key for c in catalog) == ["test_api.get_pets_petId_photos",
                                               "test_api.make_thing"]
+    assert catalog.skipped == []
 
 
 def test_duplicate_required_is_normalised_with_a_note(tmp_path: Path) -> None:
