@@ -114,6 +114,23 @@ def test_duplicate_required_is_normalised_with_a_note(tmp_path: Path) -> None:
         Catalog.from_openapi(write(tmp_path, spec), base_url=BASE, strict=True)
 
 
+def test_a_schema_met_again_is_repaired_and_noted_at_each_place(tmp_path: Path) -> None:
+    """Valid schemas are checked once per document (a parameter shared by thousands of
+    operations); an invalid one is repaired, and noted, wherever it stands."""
+    bad = {"type": "object", "required": ["a", "a"], "properties": {"a": {"type": "string"}}}
+    good = {"type": "integer", "minimum": 1}
+    spec = doc({f"/{p}": {"get": {"operationId": p, "parameters": [
+        {"name": "filter", "in": "query", "content": {"application/json": {"schema": bad}}},
+        {"name": "top", "in": "query", "schema": good}], "responses": OK}} for p in "xy"})
+    catalog = Catalog.from_openapi(write(tmp_path, spec), base_url=BASE)
+    for name in "xy":
+        props = catalog.get("test_api", name).input_schema["properties"]
+        assert props["filter"]["required"] == ["a"] and props["top"] == good
+    assert sorted(n.pointer for n in catalog.notes) == [
+        "#/paths/~1x/get/parameters/0/schema/required",
+        "#/paths/~1y/get/parameters/0/schema/required"]
+
+
 def test_recursive_nullable_and_composed_schemas(tmp_path: Path) -> None:
     spec = doc({"/tree": {"parameters": [{"name": "depth", "in": "query",
                                           "schema": {"type": "integer", "nullable": True}}],
