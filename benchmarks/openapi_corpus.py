@@ -63,6 +63,26 @@ def corpus(quick: bool, into: Path) -> list[tuple[str, Path]]:
     return paths
 
 
+def _version(path: Path) -> str:
+    """``3.1.0``, or ``swagger 2.0``, as the document says."""
+    from orchestration.sources.openapi._documents import parse_text
+
+    data = parse_text(path.read_text(encoding="utf-8"))
+    if "openapi" in data:
+        return str(data["openapi"])
+    return f"swagger {data['swagger']}" if "swagger" in data else "?"
+
+
+def _kib(name: str, path: Path) -> float:
+    """The document's size: every file of a multi-file one."""
+    from tests.openapi.corpus import ROOTS
+
+    if name not in ROOTS:
+        return path.stat().st_size / 1024
+    folder = path.parents[len(Path(ROOTS[name]).parts) - 1]
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1024
+
+
 def rows(paths: Sequence[tuple[str, Path]], repeat: int) -> list[list[Any]]:
     from tests.openapi.corpus import count_operations
 
@@ -70,13 +90,12 @@ def rows(paths: Sequence[tuple[str, Path]], repeat: int) -> list[list[Any]]:
     for name, path in paths:
         runs = [measure(path) for _ in range(repeat)]
         best = min(runs, key=lambda r: r["seconds"])
-        version = json.loads(path.read_text())["openapi"] if path.suffix == ".json" else (
-            re.search(r"[\"']?openapi[\"']?\s*:\s*['\"]?([\d.]+)", path.read_text()[:2000]) or [None, "?"])[1]
+        version = _version(path)
         operations = count_operations(path)
         out.append([name, version, operations, best["mapped"], best["skipped"], best["notes"],
                     f"{best['seconds']:.2f}", f"{best['largest'] / 1024:.1f}",
                     f"{best['total'] / 1024:.0f}", f"{best['peak_mb']:.0f}",
-                    f"{path.stat().st_size / 1024:.0f}"])
+                    f"{_kib(name, path):.0f}"])
         print(" | ".join(str(c) for c in out[-1]), flush=True)
     return out
 

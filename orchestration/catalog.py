@@ -451,10 +451,11 @@ class Catalog:
         upload_dirs: Sequence[str | os.PathLike[str]] = (),
         token_urls: Sequence[str] = (),
     ) -> list[Capability]:
-        """Add each operation of an OpenAPI 3.0/3.1 spec as a capability (extra ``openapi``).
+        """Add each operation of an OpenAPI 3.0/3.1 (or Swagger 2.0) spec as a capability.
 
-        ``spec`` is a file path or an http(s) URL. The tool is named ``name`` (default:
-        the spec's title as an identifier), each capability by its ``operationId``;
+        Needs the ``openapi`` extra. ``spec`` is a file path or an http(s) URL. The tool
+        is named ``name`` (default: the spec's title as an identifier), each capability by
+        its ``operationId``;
         ``operations`` keeps only those. ``base_url`` overrides the spec's first server.
         An operation that cannot be mapped is left out and reported in :attr:`skipped`
         (``strict=True`` refuses the document instead). ``credentials`` maps the

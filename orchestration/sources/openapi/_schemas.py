@@ -27,6 +27,7 @@ schemas that say so. Nothing is ever cut in the middle of a JSON text.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +51,7 @@ _SCHEMA_ONE = ("additionalProperties", "not", "if", "then", "else", "contains", 
 _DROPPED = frozenset({"xml", "externalDocs"})
 _TEXT_KEYS = ("description", "example", "examples", "title")
 _META = _static_meta_202012()
+_BARE_NAME = re.compile(r"^[A-Za-z_][\w-]*$")  # no '#', '/' or '.': not a file or pointer
 
 
 class SchemaProblem(Exception):
@@ -72,7 +74,9 @@ class _Def:
     size: int = 0
     lean: Any = None  # the schema without descriptions and examples, made when needed
     lean_size: int = 0
+    lean_refs: set[str] = field(default_factory=set)
     stub: Any = None  # what stands for it when even the lean form does not fit
+    stub_size: int = 0
 
 
 def size_of(schema: Any) -> int:
@@ -82,11 +86,14 @@ def size_of(schema: Any) -> int:
 class SchemaBuilder:
     """Converts the schemas of one document; definitions are shared by its operations."""
 
-    def __init__(self, *, oas30: bool, note: Callable[[str, str], None]) -> None:
+    def __init__(self, *, oas30: bool, note: Callable[[str, str], None],
+                 swagger2: bool = False) -> None:
         self.oas30 = oas30  # 3.0: what stands beside a $ref is ignored
         self.note = note  # note(pointer, message)
+        self.swagger2 = swagger2  # `$ref: Pet` is short for `#/definitions/Pet` there
         self._by_target: dict[int, _Def] = {}
         self._by_name: dict[str, _Def] = {}
+        self._valid: set[str] = set()  # schemas (as JSON text) the meta-schema accepted
 
     # --- converting -----------------------------------------------------------------
     def schema(self, node: Any, resolver: Any, pointer: str, refs: set[str]) -> Any:
@@ -113,8 +120,9 @@ class SchemaBuilder:
                 continue
             where = f"{pointer}/{_escape(key)}"
             if key in _SCHEMA_MAPS and isinstance(value, dict):
-                out[key] = {str(k): self.schema(v, resolver, f"{where}/{_escape(str(k))}", refs)
-                            for k, v in value.items()}
+                out[key] = {str(k): self.schema(v, in_resolver, f"{where}/{_escape(str(k))}",
+                                                refs)
+                            for k, v, in_resolver in self._entries(value, resolver, where)}
             elif key in _SCHEMA_LISTS and isinstance(value, list):
                 out[key] = [self.schema(v, resolver, f"{where}/{i}", refs)
                             for i, v in enumerate(value)]
@@ -126,6 +134,27 @@ class SchemaBuilder:
             else:
                 out[key] = value
         return _dialect(out, oas30=self.oas30)
+
+    def _entries(self, value: dict[str, Any], resolver: Any,
+                 pointer: str) -> list[tuple[Any, Any, Any]]:
+        """A map of subschemas (``properties``...) as (name, schema, resolver) entries.
+
+        A string ``$ref`` in the map is a JSON Reference to the whole map, not a property
+        named ``$ref`` (DigitalOcean writes ``properties: {$ref: 'attributes.yml#/ids'}``);
+        the map it names is merged in, its own entries winning."""
+        ref = value.get("$ref")
+        if not isinstance(ref, str):
+            return [(k, v, resolver) for k, v in value.items()]
+        try:
+            resolved = resolver.lookup(ref)
+        except referencing.exceptions.Unresolvable as exc:
+            raise SchemaProblem(pointer, f"$ref {ref!r} does not resolve{_cause(exc)}") from None
+        if not isinstance(resolved.contents, dict):
+            raise SchemaProblem(pointer, f"$ref {ref!r} names a "
+                                f"{type(resolved.contents).__name__}, not a map of schemas")
+        merged = {k: (k, v, resolved.resolver) for k, v in resolved.contents.items()}
+        merged.update({k: (k, v, resolver) for k, v in value.items() if k != "$ref"})
+        return list(merged.values())
 
     def _reference(self, node: dict[str, Any], ref: str, resolver: Any, pointer: str,
                    refs: set[str]) -> Any:
@@ -141,6 +170,8 @@ class SchemaBuilder:
                 "$ref": f"#/$defs/{target.name}"}
 
     def _definition(self, ref: str, resolver: Any, pointer: str) -> _Def:
+        if self.swagger2 and _BARE_NAME.match(ref):  # Swagger 2.0 tools read it so
+            ref = f"#/definitions/{ref}"
         try:
             resolved = resolver.lookup(ref)
         except referencing.exceptions.Unresolvable as exc:
@@ -179,10 +210,22 @@ class SchemaBuilder:
 
     # --- repairing --------------------------------------------------------------------
     def repair(self, schema: Any, pointer: str) -> Any:
-        """``schema`` made valid against the JSON Schema meta-schema, each repair noted."""
-        for _ in range(5):
+        """``schema`` made valid against the JSON Schema meta-schema, each repair noted.
+
+        Validity does not depend on where a schema stands (its ``$ref``s are not
+        followed), so a schema met again (the same parameter in 9,000 operations of
+        Microsoft Graph) is checked once: the texts found valid are remembered."""
+        try:
+            text = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+        except (TypeError, ValueError):
+            text = None
+        if text is not None and text in self._valid:
+            return schema
+        for attempt in range(5):
             errors = list(_META.iter_errors(schema))
             if not errors:
+                if text is not None and attempt == 0:  # valid as it came, not once repaired
+                    self._valid.add(text)
                 return schema
             if not isinstance(schema, dict | bool):
                 return {}
@@ -257,39 +300,82 @@ class SchemaBuilder:
         defs = self.closure(refs)
         if size_of(schema) + sum(d.size + len(n) + 4 for n, d in defs.items()) + 12 <= limit:
             return _with_defs(schema, {n: d.schema for n, d in defs.items()})
-        for definition in defs.values():
-            if definition.lean is None:
+        for name, definition in defs.items():
+            if definition.lean is None:  # made once per document, like the definition
                 definition.lean = _lean(definition.schema)
                 definition.lean_size = size_of(definition.lean)
+                definition.lean_refs = local_refs(definition.lean)
+                definition.stub = _open(definition.lean, name)
+                definition.stub_size = size_of(definition.stub)
         lean = {name: d.lean for name, d in defs.items()}
         base = size_of(schema) + 12
         if base + sum(d.lean_size + len(n) + 4 for n, d in defs.items()) <= limit:
             self.note(pointer, f"schema over {limit // 1024} KiB: descriptions and examples "
                       "of shared definitions left out")
             return _with_defs(schema, lean)
-        depth = _depths(refs, defs)
-        for name, definition in defs.items():
-            if definition.stub is None:
-                definition.stub = _open(definition.lean, name)
-        stubs = {n: d.stub for n, d in defs.items()}
-        for keep in range(max(depth.values(), default=0) - 1, 0, -1):
-            kept = {n: (lean[n] if depth[n] <= keep else stubs[n]) for n in lean}
-            out = _with_defs(schema, _used(schema, kept))
+        # A definition first reached d references deep is kept (lean) when d <= keep, an
+        # open stub when d == keep + 1, and unreachable beyond; sizes are known per
+        # definition, so each level is priced without building it.
+        reached = _depths(refs, defs)
+        depth = {n: reached.get(n, len(defs) + 2) for n in defs}  # unreached: never kept
+        for keep in range(max(reached.values(), default=0) - 1, 0, -1):
+            priced = base + sum((d.lean_size if depth[n] <= keep else d.stub_size) + len(n) + 4
+                                for n, d in defs.items() if depth[n] <= keep + 1)
+            if priced > limit:
+                continue
+            out = _with_defs(schema, {n: (d.lean if depth[n] <= keep else d.stub)
+                                      for n, d in defs.items() if depth[n] <= keep + 1})
             if size_of(out) <= limit:
                 self.note(pointer, f"schema over {limit // 1024} KiB: shared definitions more "
                           f"than {keep} reference(s) deep are not described (any value of "
                           "their type is accepted there)")
                 return out
         # even the definitions used directly do not fit: the schema's own nesting is cut
-        own = {n: stubs[n] for n in refs if n in stubs}
+        own = {n: defs[n].stub for n in refs if n in defs}
         frame = _lean_below_top(schema)
         for keep in range(8, 0, -1):
-            out = _with_defs(_cut(frame, keep), own)
+            cut = _cut(frame, keep)
+            out = _with_defs(cut, {n: s for n, s in own.items() if n in local_refs(cut)})
             if size_of(out) <= limit:
+                self.note(pointer, f"schema over {limit // 1024} KiB: shared definitions are "
+                          f"not described and nesting deeper than {keep} level(s) is cut (any "
+                          "value of its type is accepted there)")
+                return out
+        # even one level does not fit (an operation with hundreds of query parameters):
+        # each parameter keeps its name and type only, then only the required ones are
+        # listed and the others are named in the description, still accepted
+        return self._names_only(frame, pointer, limit)
+
+    def _names_only(self, frame: dict[str, Any], pointer: str, limit: int) -> dict[str, Any]:
+        props = frame.get("properties")
+        typed = {name: _type_only(sub) for name, sub in (props or {}).items()} \
+            if isinstance(props, dict) else {}
+        out = {**{k: v for k, v in frame.items() if k not in ("properties", "$defs")},
+               "properties": typed}
+        if size_of(out) <= limit:
+            self.note(pointer, f"schema over {limit // 1024} KiB even one level deep: its "
+                      f"{len(typed)} parameters are listed with their types only")
+            return out
+        required = [r for r in frame.get("required") or [] if r in typed]
+        optional = [name for name in typed if name not in required]
+        out = {"type": "object", "properties": {r: typed[r] for r in required},
+               "additionalProperties": True}
+        if required:
+            out["required"] = required
+        room = limit - size_of(out) - 200
+        listed: list[str] = []
+        for name in optional:  # whole names only, as many as fit
+            room -= len(name) + 4
+            if room < 0:
                 break
-        self.note(pointer, f"schema over {limit // 1024} KiB: shared definitions are not "
-                  f"described and nesting deeper than {keep} level(s) is cut (any value of "
-                  "its type is accepted there)")
+            listed.append(name)
+        rest = len(optional) - len(listed)
+        out["description"] = (f"{len(optional)} optional parameters are accepted but not "
+                              f"described (schema too large): {', '.join(listed)}"
+                              + (f" and {rest} more" if rest else ""))
+        self.note(pointer, f"schema over {limit // 1024} KiB even one level deep: only its "
+                  f"{len(required)} required parameters are described; the "
+                  f"{len(optional)} optional ones are named in its description")
         return out
 
 
@@ -311,19 +397,6 @@ def local_refs(node: Any) -> set[str]:
 
 def _with_defs(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     return {**schema, "$defs": dict(sorted(defs.items()))} if defs else schema
-
-
-def _used(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
-    """Only the definitions reachable from ``schema`` through ``defs``."""
-    seen: dict[str, Any] = {}
-    todo = list(local_refs(schema))
-    while todo:
-        name = todo.pop()
-        if name in seen or name not in defs:
-            continue
-        seen[name] = defs[name]
-        todo.extend(local_refs(defs[name]))
-    return seen
 
 
 def _lean_below_top(schema: dict[str, Any]) -> dict[str, Any]:
@@ -377,6 +450,13 @@ def _lean(schema: Any) -> Any:
     return out
 
 
+def _type_only(schema: Any) -> dict[str, Any]:
+    """A schema's type and nothing else (``{}`` when it has no single type)."""
+    if isinstance(schema, dict) and isinstance(schema.get("type"), str | list):
+        return {"type": schema["type"]}
+    return {}
+
+
 def _open(schema: Any, name: str) -> dict[str, Any]:
     """A definition cut by the size budget: its type (so values are still checked
     roughly), the fact that it was cut, and nothing it would take to say more."""
@@ -393,11 +473,9 @@ def _depths(refs: set[str], defs: dict[str, _Def]) -> dict[str, int]:
     while frontier:
         for name in frontier:
             depth.setdefault(name, level)
-        frontier = {r for name in frontier for r in defs[name].refs if r not in depth}
+        frontier = {r for name in frontier for r in defs[name].lean_refs if r not in depth}
         level += 1
-    for name in defs:
-        depth.setdefault(name, level)
-    return depth
+    return depth  # a definition reached only through a text keyword (an example) is absent
 
 
 def _cause(exc: BaseException) -> str:
@@ -410,6 +488,8 @@ def _cause(exc: BaseException) -> str:
     if reason is None or not str(reason):
         return ""
     text = str(reason)
+    if isinstance(reason, KeyError | IndexError) and reason.args:  # the pointer's dead end
+        text = f"there is no {reason.args[0]!r} where the pointer leads"
     if isinstance(reason, OSError) and reason.strerror:
         text = f"{reason.strerror}: {reason.filename}" if reason.filename else reason.strerror
     return f": {text}"

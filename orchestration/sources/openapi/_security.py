@@ -76,6 +76,10 @@ def read_schemes(raw: Any) -> dict[str, Scheme]:
             flow = spec["flows"]["clientCredentials"]
             scopes = tuple(str(k) for k in (flow.get("scopes") or {}))
             schemes[name] = Scheme(name, "oauth2", token_url=str(flow["tokenUrl"]), scopes=scopes)
+        elif kind == "oauth2":
+            flows = ", ".join(str(f) for f in spec.get("flows") or {}) or "none"
+            schemes[name] = Scheme(name, "unsupported", why=f"OAuth2 flow(s) {flows}; only "
+                                   "clientCredentials with a tokenUrl is fetched")
         else:
             schemes[name] = Scheme(name, "unsupported", why=f"type {kind!r}")
     return schemes

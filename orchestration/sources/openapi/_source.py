@@ -1,15 +1,15 @@
 """One OpenAPI document as a source: its operations as capabilities, one pooled HTTP client.
 
 Loading never refuses a whole document for one operation. Each operation is mapped on
-its own; one that cannot be (a ``$ref`` that does not resolve, a body only in XML, a
-parameter without a name) is left out with its reason and JSON pointer, and what was
+its own; one that cannot be (a ``$ref`` that does not resolve, a parameter without a
+name) is left out with its reason and JSON pointer, and what was
 repaired on the way (a duplicate ``required`` entry, a schema cut to size, a spec
 validation error) is kept as a note: both are the listing's ``notes``, which the catalog
 offers as ``Catalog.skipped`` / ``Catalog.notes`` and ``dagwright tools --skipped``
 prints. ``strict=True`` refuses the document at the first problem instead, with a
 :class:`CatalogError` naming the operation and the pointer. Only what concerns the whole
-document (it cannot be read, it is not OpenAPI 3, it has no server URL and no
-``base_url`` was given) is always an error.
+document (it cannot be read, it is neither OpenAPI 3 nor Swagger 2.0, it has no server
+URL and no ``base_url`` was given) is always an error.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from orchestration.errors import CatalogError
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError, classify_http_response
 from orchestration.sources import SourceListing, SourceNote
 from orchestration.sources._runtime import SourceClosed, SourceRuntime
+from orchestration.sources.openapi import _swagger2 as swagger2
 from orchestration.sources.openapi._documents import Documents, pointer_of
 from orchestration.sources.openapi._names import NAME, identifier, tool_identifier
 from orchestration.sources.openapi._requests import (
@@ -53,6 +54,7 @@ METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 _JSON_MEDIA = re.compile(r"^application/(?:[\w.-]+\+)?json\b|^\*/\*$|^application/\*$",
                          re.IGNORECASE)
 _FORM = "application/x-www-form-urlencoded"
+_XML = re.compile(r"[/+]xml\b", re.IGNORECASE)
 _MULTIPART = re.compile(r"^multipart/", re.IGNORECASE)
 _IGNORED_HEADERS = frozenset({"accept", "content-type", "authorization"})
 _MAX_REF_HOPS = 32
@@ -114,21 +116,29 @@ class OpenAPISource:
         self._all_names: list[str] = []
         self._notes: list[SourceNote] = []
         self._current = "(document)"
+        self._swagger2: dict[str, Any] | None = None  # the root, when it is Swagger 2.0
 
     # --- loading ------------------------------------------------------------------
     def load_sync(self) -> SourceListing:
         """Read the document and map every (selected) operation; see the module docstring."""
         docs = Documents(self.spec, self.label, allow_remote_refs=self.allow_remote_refs)
+        try:
+            return self._load(docs)
+        finally:
+            docs.close()
+
+    def _load(self, docs: Documents) -> SourceListing:
         data = docs.root
         if not isinstance(data, dict):
             raise CatalogError(f"{self.label}: the spec must be a mapping with 'openapi' and "
                                f"'paths', got {type(data).__name__}")
         version = str(data.get("openapi", ""))
-        if not re.match(r"^3\.[01]\.", version + "."):
+        self._swagger2 = data if swagger2.is_swagger2(data) else None
+        if not re.match(r"^3\.[01]\.", version + ".") and self._swagger2 is None:
             found = (f"swagger {data['swagger']}" if "swagger" in data
                      else (f"openapi {version}" if version else "no version"))
-            raise CatalogError(f"{self.label}: only OpenAPI 3.0 and 3.1 are supported, the spec "
-                               f"says {found} (field 'openapi')")
+            raise CatalogError(f"{self.label}: only OpenAPI 3.0, 3.1 and Swagger 2.0 are "
+                               f"supported, the spec says {found} (field 'openapi')")
         self._notes = []
         self.base_url = self._base_url(data, docs.base_uri)
         info: dict[str, Any] = data["info"] if isinstance(data.get("info"), dict) else {}
@@ -137,12 +147,15 @@ class OpenAPISource:
             raise CatalogError(f"{self.label}: tool name {tool!r} must match {NAME.pattern}")
         components: dict[str, Any] = (data["components"] if isinstance(data.get("components"), dict)
                                       else {})
-        self.schemes = read_schemes(self._deref_map(components.get("securitySchemes"), docs))
+        self.schemes = read_schemes(self._deref_map(
+            components.get("securitySchemes") if self._swagger2 is None
+            else swagger2.security_schemes(data), docs))
         self.default_security = _alternatives(data.get("security"))
         self.credentials = Credentials(self.label, tool, self._given_credentials, self.token_urls)
         self._check_credentials()
         self.credentials.check(self.schemes)
-        builder = SchemaBuilder(oas30=version.startswith("3.0"), note=self._note)
+        builder = SchemaBuilder(oas30=version.startswith("3.0") or self._swagger2 is not None,
+                                note=self._note, swagger2=self._swagger2 is not None)
         caps: list[Capability] = []
         seen: dict[str, str] = {}
         self._all_names = []
@@ -152,6 +165,8 @@ class OpenAPISource:
             paths = None
         for path_key, raw_item in (paths or {}).items():
             path_key = str(path_key)
+            if path_key.startswith("x-"):  # an extension of the Paths object, not a path
+                continue
             item_pointer = pointer_of("paths", path_key)
             self._current = path_key
             try:
@@ -178,7 +193,7 @@ class OpenAPISource:
             missing = [o for o in self.operations if identifier(o, o) not in known]
             if missing:
                 raise CatalogError(f"{self.label}: no operation(s) {', '.join(missing)} "
-                                   f"(it has: {', '.join(sorted(self._all_names)) or 'none'})")
+                                   f"({_offered(missing, self._all_names)})")
         description = str(info.get("description") or info.get("title") or "")
         # every definition and every piece around them was checked (and repaired) once
         return SourceListing(caps, {tool: description}, list(self._notes), schemas_checked=True)
@@ -188,7 +203,11 @@ class OpenAPISource:
         """One operation as a capability, or None (filtered out or skipped, and noted)."""
         pointer = pointer_of("paths", path_key, method)
         where = f"{method.upper()} {path_key}"
-        op = item[method]
+        unresolved: _Skip | None = None
+        try:  # an operation may itself be a $ref (DigitalOcean's files hold one each)
+            op, op_resolver = _follow(item[method], item_resolver, pointer)
+        except _Skip as problem:
+            op, op_resolver, unresolved = None, item_resolver, problem
         operation_id = op.get("operationId") if isinstance(op, dict) else None
         name = identifier(str(operation_id), "operation") if operation_id else identifier(
             f"{method}_{path_key}".replace("{", "").replace("}", ""), method)
@@ -203,10 +222,12 @@ class OpenAPISource:
                                 f"this one is named {renamed!r}")
             name = renamed
         try:
+            if unresolved is not None:
+                raise unresolved
             if not isinstance(op, dict):
                 raise _Skip(pointer, "the operation is not a mapping")
             cap = self._capability(tool, name, path_key, item, item_resolver, method, op,
-                                   pointer, builder)
+                                   op_resolver, pointer, builder)
         except (_Skip, SchemaProblem) as problem:
             self._skip(self._current, problem.pointer, problem.message)
             return None
@@ -219,8 +240,8 @@ class OpenAPISource:
         return cap
 
     def _capability(self, tool: str, name: str, path_key: str, item: dict[str, Any],
-                    item_resolver: Any, method: str, op: dict[str, Any], pointer: str,
-                    builder: SchemaBuilder) -> Capability:
+                    item_resolver: Any, method: str, op: dict[str, Any], op_resolver: Any,
+                    pointer: str, builder: SchemaBuilder) -> Capability:
         refs: set[str] = set()
         properties: dict[str, Any] = {}
         required: list[str] = []
@@ -230,18 +251,27 @@ class OpenAPISource:
         # path-level parameters, overridden by the operation's own (same name and location)
         declared: dict[tuple[str, str], tuple[dict[str, Any], Any, str]] = {}
         for owner, owner_resolver, owner_pointer in (
-                (item, item_resolver, pointer.rsplit("/", 1)[0]), (op, item_resolver, pointer)):
+                (item, item_resolver, pointer.rsplit("/", 1)[0]), (op, op_resolver, pointer)):
             raw_params = owner.get("parameters") or []
             if not isinstance(raw_params, list):
                 raise _Skip(f"{owner_pointer}/parameters", "'parameters' is not a list")
             for index, raw in enumerate(raw_params):
                 where = f"{owner_pointer}/parameters/{index}"
                 param, resolver = _follow(raw, owner_resolver, where)
+                if self._swagger2 is not None and isinstance(param, dict) \
+                        and param.get("in") not in ("body", "formData"):
+                    param = swagger2.parameter(param)
+                located = ("path", "query", "header", "cookie") + (
+                    ("body", "formData") if self._swagger2 is not None else ())
                 if not isinstance(param, dict) or not isinstance(param.get("name"), str) \
-                        or param.get("in") not in ("path", "query", "header", "cookie"):
+                        or param.get("in") not in located:
                     raise _Skip(where, "a parameter needs a 'name' and 'in' (path, query, "
-                                "header or cookie)")
+                                "header or cookie" + (", body or formData"
+                                                       if self._swagger2 is not None else "")
+                                + ")")
                 declared[(param["name"], param["in"])] = (param, resolver, where)
+        body_params = [declared.pop(key) for key in list(declared)
+                       if key[1] in ("body", "formData")]
         for (pname, location), (param, resolver, where) in declared.items():
             if location == "header" and pname.lower() in _IGNORED_HEADERS:
                 continue  # OpenAPI: these header parameters are ignored
@@ -271,11 +301,25 @@ class OpenAPISource:
             operation.params.append(Param(key, pname, location, style, bool(explode),
                                           bool(param.get("allowReserved"))))
 
+        body: Any = None
+        body_pointer, resolver = f"{pointer}/requestBody", op_resolver
         if "requestBody" in op:
-            body_pointer = f"{pointer}/requestBody"
-            body, resolver = _follow(op["requestBody"], item_resolver, body_pointer)
+            body, resolver = _follow(op["requestBody"], op_resolver, body_pointer)
             if not isinstance(body, dict):
                 raise _Skip(body_pointer, "the requestBody is not a mapping")
+        elif body_params:  # Swagger 2.0: the body parameter, or the formData ones
+            root = self._swagger2 or {}
+            [*bodies] = (p for p in body_params if p[0]["in"] == "body")
+            if bodies:
+                param, resolver, body_pointer = bodies[0]
+                body = {"content": swagger2.body_content(param, op, root),
+                        "required": param.get("required"), "description": param.get("description")}
+            else:
+                content, _ = swagger2.form_schema([p[0] for p in body_params], op, root)
+                body = {"content": content, "required": any(p[0].get("required")
+                                                            for p in body_params)}
+                _, resolver, body_pointer = body_params[0]
+        if body is not None:
             content = body.get("content") if isinstance(body.get("content"), dict) else {}
             if content:
                 body_key = "body" if "body" not in properties else "_body"
@@ -302,7 +346,7 @@ class OpenAPISource:
             "tool": tool, "name": name,
             "description": "\n\n".join(str(t) for t in (summary, description) if t),
             "input_schema": input_schema,
-            "output_schema": self._output_schema(op, item_resolver, pointer, builder),
+            "output_schema": self._output_schema(op, op_resolver, pointer, builder),
             "method": operation.method,
             "headers": dict(self.headers),
             "timeout_s": self.timeout_s,
@@ -335,7 +379,8 @@ class OpenAPISource:
                   or next((m for m in medias if m.lower().startswith(_FORM)), None)
                   or next((m for m in medias if _MULTIPART.match(m)), None)
                   or next((m for m in medias if m.lower().startswith("text/")), None)
-                  or next((m for m in medias if not re.search(r"xml", m, re.I)), None))
+                  or next((m for m in medias if not _XML.search(m)), None)
+                  or next(iter(medias), None))  # XML only: sent as the XML text given
         if chosen is None:
             raise _Skip(f"{pointer}/content", "the request body is only offered as "
                         f"{', '.join(medias)}, which is not supported (JSON, form, "
@@ -350,10 +395,12 @@ class OpenAPISource:
                     if isinstance(v, dict)}
         if _JSON_MEDIA.match(chosen):
             return Body(key, "application/json" if "*" in chosen else chosen, "json"), schema
-        if chosen.lower().startswith("text/"):
+        if chosen.lower().startswith("text/") or _XML.search(chosen):
+            said = schema.get("description") if isinstance(schema, dict) else None
+            if _XML.search(chosen):  # the document's XML schema is not a JSON one: say so
+                said = f"the body as {chosen} text" + (f": {said}" if said else "")
             return Body(key, chosen, "text"), {"type": "string", **(
-                {"description": schema["description"]} if isinstance(schema, dict)
-                and "description" in schema else {})}
+                {"description": said} if said else {})}
         if not chosen.lower().startswith(_FORM) and not _MULTIPART.match(chosen):
             return Body(key, chosen, "binary"), dict(FILE_INPUT_SCHEMA)
         kind = "form" if chosen.lower().startswith(_FORM) else "multipart"
@@ -419,6 +466,8 @@ class OpenAPISource:
             where = f"{pointer}/responses/{status}"
             try:
                 response, inner = _follow(responses[status], resolver, where)
+                if self._swagger2 is not None and isinstance(response, dict):
+                    response = swagger2.response(response, op, self._swagger2)
                 content = response.get("content") if isinstance(response, dict) else None
                 if not isinstance(content, dict):
                     continue
@@ -484,8 +533,10 @@ class OpenAPISource:
         assert self.credentials is not None
         for name, scheme in self.schemes.items():
             if scheme.kind == "unsupported":
+                where = (("components", "securitySchemes") if self._swagger2 is None
+                         else ("securityDefinitions",))
                 self._notes.append(SourceNote(
-                    self.label, "(document)", pointer_of("components", "securitySchemes", name),
+                    self.label, "(document)", pointer_of(*where, name),
                     f"security scheme {name!r} ({scheme.why}) is not supported; give the "
                     "credential as headers= instead"))
         unknown = self.credentials.names() - set(self.schemes)
@@ -497,6 +548,12 @@ class OpenAPISource:
     def _base_url(self, data: dict[str, Any], base_uri: str) -> str:
         if self.base_url_override:
             return self.base_url_override.rstrip("/")
+        if self._swagger2 is not None:
+            url = swagger2.base_url(data, self.spec if self.is_url else None)
+            if url is None:
+                raise CatalogError(f"{self.label}: the Swagger 2.0 document has no 'host' and "
+                                   "was not loaded from a URL; give base_url=...")
+            return url
         servers = data.get("servers") or []
         if isinstance(servers, list) and servers and isinstance(servers[0], dict) \
                 and servers[0].get("url"):
@@ -635,6 +692,17 @@ def _follow(node: Any, resolver: Any, pointer: str) -> tuple[Any, Any]:
             raise _Skip(pointer, f"$ref {ref!r} does not resolve{why}") from None
         node, resolver, pointer = resolved.contents, resolved.resolver, ref
     raise _Skip(pointer, f"more than {_MAX_REF_HOPS} $refs in a row (a cycle?)")
+
+
+def _offered(missing: list[str], names: list[str]) -> str:
+    """What the document has, for a CatalogError: all of it when short, else the count
+    and the names closest to those asked for (a document may have thousands)."""
+    import difflib
+
+    if len(names) <= 30:
+        return f"it has: {', '.join(sorted(names)) or 'none'}"
+    close = dict.fromkeys(n for m in missing for n in difflib.get_close_matches(m, names, 5, 0.5))
+    return f"it has {len(names)}" + (f"; closest: {', '.join(close)}" if close else "")
 
 
 def _alternatives(security: Any) -> list[list[str]]:

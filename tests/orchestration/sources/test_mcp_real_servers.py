@@ -1,5 +1,5 @@
 """MCP servers as they behave in the wild: servers published on PyPI (mcp-server-time,
-mcp-server-git, installed by the dev extra) through whole runs, a tool's error text fixed
+mcp-server-git, mcp-server-fetch, installed by the dev extra) through whole runs, a tool's error text fixed
 by layer 3, a server that reports failures as plain text, a server that dies at start."""
 
 from __future__ import annotations
@@ -111,6 +111,73 @@ def test_mcp_server_git_through_a_whole_run(tmp_path: Path) -> None:
         subject = subprocess.run(["git", "log", "-1", "--format=%s"], cwd=repo, check=True,
                                  capture_output=True, text=True).stdout.strip()
         assert subject == "first note"
+    finally:
+        catalog.close()
+
+
+@pytest.fixture
+def web_page() -> Iterator[str]:
+    """A page on 127.0.0.1 (the only place mcp-server-fetch is pointed at)."""
+    import http.server
+    import threading
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"<html><body><h1>Opening hours</h1><p>9 to 17</p></body></html>"
+            if self.path != "/hours.html":
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_mcp_server_fetch_a_wrong_argument_and_a_404_fixed_by_layer_3(web_page: str) -> None:
+    """mcp-server-fetch (2.x SDK; loopback needs --allow-private-ips, and robots.txt is
+    not asked for): an argument its schema lets through but the server does not (a URL
+    that is not one) is the SDK's validation text, a missing page the tool's own error
+    text; layer 3 corrects each from what the server said."""
+    catalog = Catalog()
+    catalog.add_mcp_server("web", command=[*published("mcp-server-fetch"), "--ignore-robots-txt",
+                                           "--allow-private-ips"])
+    asked: list[str] = []
+
+    def script(request: LLMRequest) -> Any:
+        if request.purpose == "plan":
+            return {"steps": [
+                {"id": "typo", "tool": "web", "capability": "fetch",
+                 "params": {"url": "hours page on the local site"}},
+                {"id": "gone", "tool": "web", "capability": "fetch",
+                 "params": {"url": f"{web_page}/opening-hours"}}]}
+        if request.purpose == "validation_feedback":
+            error = str(block(request.prompt_text, "tool error"))
+            asked.append(error)
+            return {"can_fix": True, "analysis": "the page is /hours.html, passed as url",
+                    "corrected_parameters": {"url": f"{web_page}/hours.html"}}
+        raise AssertionError(request.purpose)
+
+    try:
+        result = orchestrator(catalog, script, semantic_retry_enabled=False).run("opening hours")
+        assert result.status == "succeeded", (result.error, {k: s.error for k, s in result.steps.items()})
+        typo, gone = result.steps["typo"].attempts[0].error, result.steps["gone"].attempts[0].error
+        assert typo is not None and typo.code == "MCP_INVALID_ARGUMENTS" and "valid URL" in typo.message
+        assert gone is not None and gone.code == "MCP_TOOL_ERROR" and "404" in gone.message
+        assert len(asked) == 2
+        for step in ("typo", "gone"):
+            assert "9 to 17" in str(result.steps[step].output)
     finally:
         catalog.close()
 

@@ -181,9 +181,10 @@ def test_an_invalid_spec_names_the_place(tmp_path: Path) -> None:
     [skipped] = catalog.skipped
     assert (skipped.item, skipped.pointer) == ("get_x (GET /x)", "#/paths/~1x/get/parameters/0")
     assert "'#/components/parameters/Nope' does not resolve" in skipped.message
-    swagger = tmp_path / "swagger.yaml"
-    swagger.write_text("swagger: '2.0'\ninfo: {title: t, version: '1'}\npaths: {}\n")
-    with pytest.raises(CatalogError, match=r"only OpenAPI 3\.0 and 3\.1"):
+    swagger = tmp_path / "swagger.yaml"  # Swagger 1.2: what came before 2.0
+    swagger.write_text("swaggerVersion: '1.2'\napis: []\n")
+    with pytest.raises(CatalogError, match=r"only OpenAPI 3\.0, 3\.1 and Swagger 2\.0 .* "
+                       r"says no version"):
         Catalog.from_openapi(swagger, base_url="http://127.0.0.1:9")
     relative = tmp_path / "relative.yaml"
     relative.write_text("openapi: 3.1.0\ninfo: {title: t, version: '1'}\nservers: [{url: /v1}]\n"

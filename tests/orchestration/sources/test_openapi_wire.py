@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from orchestration import Catalog
+from orchestration import Catalog, CatalogError
 from tests.openapi.corpus import kept_documents, materialize
 from tests.openapi.recording_server import RecordingServer
 from tests.support.sources import orchestrator
@@ -224,3 +224,99 @@ def test_a_document_credential_echoed_by_the_tool_is_masked_by_value(tmp_path: P
         assert secret in json.dumps(result.to_dict())  # the caller's own copy is whole
         assert secret not in orch.redactor.redact(json.dumps(result.to_dict()))
         catalog.close()
+
+
+def test_slacks_swagger_2_document_header_token_query_and_form_body(
+        tmp_path: Path, server: RecordingServer) -> None:
+    """Slack's Web API as Slack publishes it, in Swagger 2.0: formData parameters are a
+    form body, a header parameter a header, query parameters the query string."""
+    catalog = Catalog.from_openapi(real("slack.com_web-api.swagger2", tmp_path),
+                                   base_url=server.url)
+    [oauth] = catalog.notes  # its OAuth2 (accessCode) flow: the token is given as a parameter
+    assert "OAuth2 flow(s) authorizationCode; only clientCredentials" in oauth.message
+    assert oauth.pointer == "#/securityDefinitions/slackAuth"
+    post = catalog.get("slack_web_api", "chat_postMessage")
+    assert post.input_schema["required"] == ["token", "body"]
+    assert post.input_schema["properties"]["body"]["required"] == ["channel"]
+    run(catalog, [
+        {"id": "say", "tool": "slack_web_api", "capability": "chat_postMessage", "params": {
+            "token": "xoxb-test", "body": {"channel": "C123", "text": "héllo & bye"}}},
+        {"id": "read", "tool": "slack_web_api", "capability": "conversations_history",
+         "params": {"token": "xoxp-test", "channel": "C123", "limit": 5}},
+    ])
+    by_path = {r.path: r for r in server.requests}
+    said = by_path["/chat.postMessage"]
+    assert said.method == "POST" and said.headers["token"] == "xoxb-test"
+    assert said.content_type == "application/x-www-form-urlencoded"
+    assert said.form() == [("channel", "C123"), ("text", "héllo & bye")]
+    read = by_path["/conversations.history"]
+    assert read.method == "GET"
+    assert sorted(read.query) == [("channel", "C123"), ("limit", "5"), ("token", "xoxp-test")]
+    catalog.close()
+
+
+SWAGGER_2 = {
+    "swagger": "2.0", "info": {"title": "Pet Store", "version": "1"},
+    "basePath": "/v2", "consumes": ["application/json"], "produces": ["application/json"],
+    "securityDefinitions": {"basic": {"type": "basic"},
+                            "key": {"type": "apiKey", "in": "header", "name": "X-Api-Key"}},
+    "security": [{"key": []}],
+    "definitions": {"Pet": {"type": "object", "required": ["name"], "properties": {
+        "name": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}}}}},
+    "parameters": {"trace": {"name": "X-Trace", "in": "header", "type": "string"}},
+    "paths": {
+        "/pets": {
+            "get": {"operationId": "findPets", "parameters": [
+                {"$ref": "#/parameters/trace"},
+                {"name": "tags", "in": "query", "type": "array", "items": {"type": "string"},
+                 "collectionFormat": "multi"},
+                {"name": "status", "in": "query", "type": "array", "collectionFormat": "csv",
+                 "items": {"type": "string", "enum": ["sold", "available"]}}],
+                "responses": {"200": {"description": "ok", "schema": {
+                    "type": "array", "items": {"$ref": "#/definitions/Pet"}}}}},
+            "post": {"operationId": "addPet", "security": [{"basic": []}], "parameters": [
+                {"name": "pet", "in": "body", "required": True,
+                 "schema": {"$ref": "#/definitions/Pet"}}],
+                "responses": {"201": {"description": "made"}}}},
+        "/pets/{petId}/image": {
+            "post": {"operationId": "uploadImage", "consumes": ["multipart/form-data"],
+                     "parameters": [
+                         {"name": "petId", "in": "path", "required": True, "type": "integer"},
+                         {"name": "note", "in": "formData", "type": "string"},
+                         {"name": "file", "in": "formData", "type": "file", "required": True}],
+                     "responses": {"200": {"description": "ok"}}}}},
+}
+
+
+def test_a_swagger_2_document_on_the_wire(tmp_path: Path, server: RecordingServer) -> None:
+    spec = tmp_path / "petstore.json"
+    spec.write_text(json.dumps(SWAGGER_2))
+    with pytest.raises(CatalogError, match=r"no 'host'.*give base_url"):
+        Catalog.from_openapi(spec)
+    catalog = Catalog.from_openapi(spec, base_url=server.url + "/v2",
+                                   credentials={"basic": "ann:pw", "key": "k-123"})
+    found = catalog.get("pet_store", "findPets")
+    assert found.output_schema is not None  # the response's schema, as 2.0 puts it
+    assert found.output_schema["items"]["required"] == ["name"]
+    run(catalog, [
+        {"id": "find", "tool": "pet_store", "capability": "findPets", "params": {
+            "X-Trace": "t-1", "tags": ["a", "b"], "status": ["sold", "available"]}},
+        {"id": "add", "tool": "pet_store", "capability": "addPet",
+         "params": {"body": {"name": "Rex", "tags": ["dog"]}}},
+        {"id": "image", "tool": "pet_store", "capability": "uploadImage", "params": {
+            "petId": 7, "body": {"note": "front", "file": {
+                "filename": "rex.png", "content_type": "image/png", "content": "PNG"}}}},
+    ])
+    by_path = {r.path: r for r in server.requests}
+    find = next(r for r in server.requests if r.method == "GET")
+    assert find.query == [("tags", "a"), ("tags", "b"), ("status", "sold,available")]
+    assert find.headers["x-trace"] == "t-1" and find.headers["x-api-key"] == "k-123"
+    add = next(r for r in server.requests if r.path == "/v2/pets" and r.method == "POST")
+    assert add.json() == {"name": "Rex", "tags": ["dog"]}
+    assert add.headers["authorization"] == "Basic " + base64.b64encode(b"ann:pw").decode()
+    image = by_path["/v2/pets/7/image"]
+    assert image.content_type.startswith("multipart/form-data; boundary=")
+    parts = {p.name: p for p in image.parts}
+    assert parts["note"].content == b"front"
+    assert (parts["file"].filename, parts["file"].content) == ("rex.png", b"PNG")
+    catalog.close()
