@@ -7,10 +7,10 @@ as a ``BUDGET_EXCEEDED`` error from the engine.
 It fixes what the call carries besides the parameters — the trace context, an
 idempotency key when the capability declares a header for one — and how long it may
 take: the capability's timeout (or ``tool_timeout_s``), cut to what remains of the step's
-deadline. The transport classifies whatever comes back into data or a
-:class:`~orchestration.protocol.StepError`; nothing raises past this stage but
-cancellation, and a :class:`~orchestration._transport.CallTrace` says how far a
-cancelled call got.
+deadline. A change of the tool's circuit breaker the call caused becomes a
+``circuit_changed`` run event. The transport classifies whatever comes back into data or a :class:`~orchestration.protocol.StepError`;
+nothing raises past this stage but cancellation, and a
+:class:`~orchestration._transport.CallTrace` says how far a cancelled call got.
 """
 
 from __future__ import annotations
@@ -62,4 +62,8 @@ async def send(
         result = await services.transport.call(cap, params, timeout_s=timeout, headers=headers,
                                                trace=trace)
         call.answered(result)
+    for transition in result.circuit:  # this call opened, probed or closed the breaker
+        services.events.emit("circuit_changed", step_id=state.step.id, tool=transition.tool,
+                             state=transition.after, previous=transition.before,
+                             failures=transition.failures, reason=transition.reason)
     return result

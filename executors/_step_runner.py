@@ -114,6 +114,7 @@ class StepRunner:
         deadline = min(started + services.config.step_timeout_s, services.deadline)
         services.events.emit("step_started", step_id=step.id, tool=step.tool,
                              capability=step.capability)
+        state.deadline = deadline
         with services.observer.step(self.run.run_id, step, state.capability) as observation:
             state.observation = observation
             try:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestration import _schema
 from orchestration.errors import CatalogError
@@ -85,6 +85,18 @@ class Capability(BaseModel):
         description="Budget: at most this many calls of this capability per run (every "
         "attempt sent counts); the next one is not sent and the run stops.",
     )
+    circuit: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Overrides of the tool's circuit breaker settings (ORCH_CIRCUIT_*), "
+        "e.g. {'failure_threshold': 3, 'cool_down_s': 10}; false turns it off.",
+    )
+    @field_validator("circuit", mode="before")
+    @classmethod
+    def _circuit_shorthand(cls, value: Any) -> Any:
+        """``circuit: false`` (or ``true``) is short for ``{enabled: false}``."""
+        if isinstance(value, bool):
+            return {"enabled": value}
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> Capability:

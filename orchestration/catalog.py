@@ -39,6 +39,7 @@ from orchestration.capability import (
     check_schema,
     schema_problems,
 )
+from orchestration.circuit import check_circuit_overrides
 from orchestration.errors import CatalogError, ConfigError
 from orchestration.layer_settings import check_layer_overrides
 from orchestration.retry_policy import check_overrides
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 __all__ = ["IDEMPOTENT_METHODS", "Capability", "Catalog", "Invoker", "check_schema",
            "function_reference", "schema_problems"]
 
-_TOOL_DEFAULTS = ("timeout_s", "headers", "retry", "layers")
+_TOOL_DEFAULTS = ("timeout_s", "headers", "retry", "layers", "circuit")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -203,7 +204,8 @@ class Catalog:
         if capability.output_schema is not None and not schemas_checked:
             problems += schema_problems(capability.output_schema, name, "output_schema")
         for check, overrides in ((check_overrides, capability.retry),
-                                 (check_layer_overrides, capability.layers)):
+                                 (check_layer_overrides, capability.layers),
+                                 (check_circuit_overrides, capability.circuit)):
             try:
                 check(overrides, source=name)
             except ConfigError as exc:
@@ -760,8 +762,12 @@ def _capability_fields(
     """A capability entry of a catalog file as :class:`Capability` fields: tool defaults
     merged in, the URL built and expanded, a ``function`` reference imported."""
     label = f"{where}: capability {raw['name']!r}"
+    defaults = {k: ({"enabled": v} if k == "circuit" and isinstance(v, bool) else v)
+                for k, v in defaults.items()}
+    raw = {k: ({"enabled": v} if k == "circuit" and isinstance(v, bool) else v)
+           for k, v in raw.items()}
     fields = {**defaults, **{k: v for k, v in raw.items() if k != "path"}}
-    for key in ("retry", "layers", "headers"):
+    for key in ("retry", "layers", "headers", "circuit"):
         if isinstance(defaults.get(key), Mapping) and isinstance(raw.get(key), Mapping):
             fields[key] = {**defaults[key], **raw[key]}
     if "function" in fields:

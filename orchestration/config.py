@@ -232,6 +232,27 @@ class OrchestratorConfig(BaseSettings):
     retry_seed: int = Field(0, description="Seed of the jitter, for reproducible delays.")
     retry_after_cap_s: float = Field(30.0, ge=0, description="Longest Retry-After honoured.")
 
+    # --- circuit breakers (per tool; the catalog's circuit: overrides per tool/capability) --
+    circuit_enabled: bool = Field(
+        True, description="Circuit breakers per tool: after repeated transport faults or 5xx "
+        "answers a tool's calls fail fast (CIRCUIT_OPEN, nothing sent) until a cool-down "
+        "has passed and a probe call succeeds (a catalog's circuit: false turns it off "
+        "for a tool or capability).")
+    circuit_failure_threshold: int = Field(
+        5, ge=1, description="Consecutive failures of a tool (within ORCH_CIRCUIT_WINDOW_S) "
+        "that open its breaker.")
+    circuit_window_s: float = Field(
+        60.0, gt=0, description="Failures older than this no longer count toward opening.")
+    circuit_cool_down_s: float = Field(
+        30.0, gt=0, description="How long an open breaker refuses calls before it lets a "
+        "probe call through (half-open).")
+    circuit_half_open_max_calls: int = Field(
+        1, ge=1, description="Probe calls let through at once while a breaker is half-open.")
+    circuit_max_wait_s: float = Field(
+        0.0, ge=0, description="A step that meets an open breaker waits for the end of its "
+        "cool-down (then tries again) only if that is at most this far away; 0: it fails "
+        "at once with CIRCUIT_OPEN.")
+
     # --- approvals ----------------------------------------------------------------
     approve_plans: bool = Field(
         False, description="Ask a person to approve every plan before any step runs.")

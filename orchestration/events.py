@@ -14,6 +14,9 @@ type                   data
 ``attempt_finished``   ``step_id``, ``attempt``, ``layer``, ``outcome``, ``error_code``
 ``step_finished``      ``step_id``, ``status``, ``attempts``, ``duration_s``
 ``approval_required``  ``step_id``, ``tool``, ``capability``, ``params``, ``reason``
+``circuit_changed``    ``step_id``, ``tool``, ``state`` (``open``, ``half_open``,
+                       ``closed``), ``previous``, ``failures``, ``reason``: this
+                       step's call changed the tool's circuit breaker
 ``answer_delta``       ``text`` (a piece of the answer as the model streams it)
 ``run_finished``       ``status``, ``error``
 =====================  ===========================================================
@@ -32,10 +35,11 @@ from pydantic import BaseModel, Field
 __all__ = ["EVENT_TYPES", "EventType", "RunEvent"]
 
 EventType = Literal["plan_ready", "plan_discarded", "step_started", "attempt_finished",
-                    "step_finished", "approval_required", "answer_delta", "run_finished"]
+                    "step_finished", "approval_required", "circuit_changed", "answer_delta",
+                    "run_finished"]
 EVENT_TYPES: tuple[str, ...] = ("plan_ready", "plan_discarded", "step_started",
                                 "attempt_finished", "step_finished", "approval_required",
-                                "answer_delta", "run_finished")
+                                "circuit_changed", "answer_delta", "run_finished")
 
 
 class RunEvent(BaseModel):

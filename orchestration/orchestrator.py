@@ -36,6 +36,7 @@ from orchestration._facade.resume import resume
 from orchestration._facade.store_access import RunStoreAccess
 from orchestration._facade.temporal import TemporalBackend
 from orchestration.catalog import Catalog
+from orchestration.circuit import CircuitBreakers
 from orchestration.clock import Clock
 from orchestration.config import OrchestratorConfig
 from orchestration.debug_store import LLMDebugStore
@@ -100,8 +101,11 @@ class Orchestrator:
         self.executor = self.engine.executor
         self.store: RunStore = store if store is not None else open_store(self.config.store_url)
         # the parts behind the facade read what they use of it from it (FacadeParts)
+        self.circuits = CircuitBreakers(self.config, clock=self.clock,
+                                        listener=self.observer.circuit_changed)
+        """The tools' circuit breakers, shared by every run of this orchestrator."""
         self._stores = RunStoreAccess(self)
-        self._transports = TransportPool()
+        self._transports = TransportPool(self.circuits)
         self._temporal = TemporalBackend(self)
         self._local = LocalRuns(self, self._stores, self._transports)
         self._history = RunHistory(self, self._local, self._temporal)

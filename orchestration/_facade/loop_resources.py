@@ -13,22 +13,25 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from orchestration._transport import ToolTransport
+from orchestration.circuit import CircuitBreakers
 from orchestration.config import OrchestratorConfig
 
 T = TypeVar("T")
 
 
 class TransportPool:
-    """One pooled tool transport per event loop."""
+    """One pooled tool transport per event loop; every one reports to the same circuit
+    breakers (a tool's breaker is the orchestrator's, whatever loop calls it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, circuits: CircuitBreakers | None = None) -> None:
         self._transports: dict[int, ToolTransport] = {}
+        self.circuits = circuits
 
     def for_current_loop(self, config: OrchestratorConfig) -> ToolTransport:
         loop_id = id(asyncio.get_running_loop())
         transport = self._transports.get(loop_id)
         if transport is None:
-            transport = ToolTransport.for_config(config)
+            transport = ToolTransport.for_config(config, self.circuits)
             self._transports[loop_id] = transport
         return transport
 
