@@ -16,10 +16,12 @@ half_open once ``cool_down_s`` has passed, up to ``half_open_max_calls`` calls a
 ======== ==================================================================================
 
 What counts: a failure is a call that got no answer (``CONNECTION_ERROR``, ``TIMEOUT``
-from the transport), an answer with a 5xx status, or a tool's own ``SERVICE_ERROR``; an
-answer of any other kind — a 4xx, a tool's input error, data — proves the tool is up and
-counts as a success. A rate limit (429) counts as neither (the tool is up but busy), and
-so does a call the engine itself stopped (a budget, the re-send guard, a fenced attempt).
+from the transport), a plain 5xx answer, or a tool's own structured ``SERVICE_ERROR``
+marked retryable (it says it is struggling); an answer of any other kind — a 4xx, a
+tool's input error, a structured error marked ``retryable: false`` (its considered
+answer, even with a 503), data — proves the tool is up and counts as a success. A rate
+limit (429) counts as neither (the tool is up but busy), and so does a call the engine
+itself stopped (a budget, the re-send guard, a fenced attempt).
 
 Scope: one :class:`CircuitBreakers` per orchestrator (every run of it, every event loop)
 and one per ``dagwright worker`` process on the Temporal backend; a breaker is per tool
@@ -119,9 +121,13 @@ def failure_kind(error: StepError | None) -> Literal["failure", "success", "neut
         return "neutral"
     if category in (ErrorCategory.CONNECTION_ERROR, ErrorCategory.TIMEOUT):
         return "failure" if error.source is ErrorSource.TRANSPORT else "success"
+    if error.source is ErrorSource.ENVELOPE:
+        # the tool's own structured error: a service error it calls transient says it is
+        # struggling; one marked retryable=false is its considered answer (some tools
+        # wrap "not found" in a 503), which proves it is up
+        return ("failure" if category is ErrorCategory.SERVICE_ERROR and error.retryable
+                else "success")
     if (error.http_status or 0) >= 500:
-        return "failure"
-    if category is ErrorCategory.SERVICE_ERROR and error.source is ErrorSource.ENVELOPE:
         return "failure"
     return "success"
 
