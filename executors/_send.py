@@ -7,8 +7,9 @@ as a ``BUDGET_EXCEEDED`` error from the engine.
 It fixes what the call carries besides the parameters — the trace context, an
 idempotency key when the capability declares a header for one — and how long it may
 take: the capability's timeout (or ``tool_timeout_s``), cut to what remains of the step's
-deadline. A change of the tool's circuit breaker the call caused becomes a
-``circuit_changed`` run event. The transport classifies whatever comes back into data or a :class:`~orchestration.protocol.StepError`;
+deadline. A change of the tool's
+circuit breaker the call caused becomes a ``circuit_changed`` run event. The transport
+classifies whatever comes back into data or a :class:`~orchestration.protocol.StepError`;
 nothing raises past this stage but cancellation, and a
 :class:`~orchestration._transport.CallTrace` says how far a cancelled call got.
 """

@@ -31,6 +31,7 @@ from executors._resume import resume_point
 from executors._step_runner import ResumePoint
 from executors.layers import default_handlers
 from executors.recovery import RecoveryHandler
+from orchestration._answers import resolve_named_outputs
 from orchestration._synthesis import answer_run
 from orchestration._text import describe_validation_error
 from orchestration.config import OrchestratorConfig
@@ -129,8 +130,11 @@ class RunEngine:
             raise
         if run.plan is None:
             run.plan = validated.to_dict()
+            if run.plan_source is None:
+                run.plan_source = "caller" if plan is not None else "llm"
             services.recorder.save_run(run)
-            services.events.emit("plan_ready", plan=run.plan, steps=len(validated.steps))
+            services.events.emit("plan_ready", plan=run.plan, steps=len(validated.steps),
+                                 source=run.plan_source)
         if config.approve_plans and not run.approved_plan:
             run.pending_approvals = [PendingApproval(
                 step_id=PLAN_APPROVAL, params={"plan": run.plan}, requested_at=clock.time(),
@@ -153,6 +157,7 @@ class RunEngine:
         if config.replan_max > 0 and any(s.status == "failed" for s in steps.values()):
             status = await self._replan_phase(run, services, validated)
         run.finish(status, at=clock.time())
+        resolve_named_outputs(run)  # a workflow's outputs, whatever the answer strategy
         if run.budget_exceeded is not None:
             run.warn(f"answer synthesis skipped: {run.budget_exceeded.describe()}")
         elif config.synthesis_enabled and status != "failed":

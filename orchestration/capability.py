@@ -90,6 +90,13 @@ class Capability(BaseModel):
         description="Overrides of the tool's circuit breaker settings (ORCH_CIRCUIT_*), "
         "e.g. {'failure_threshold': 3, 'cool_down_s': 10}; false turns it off.",
     )
+    answer_template: str | None = Field(
+        None,
+        description="A Jinja template (sandboxed) that turns this capability's output into "
+        "answer text without an LLM (synthesis strategy template): it sees output, params, "
+        "step and query.",
+    )
+
     @field_validator("circuit", mode="before")
     @classmethod
     def _circuit_shorthand(cls, value: Any) -> Any:

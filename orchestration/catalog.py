@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import ValidationError
 
+from orchestration._templates import template_problem
 from orchestration._text import describe_validation_error
 from orchestration.capability import (
     IDEMPOTENT_METHODS,
@@ -210,6 +211,10 @@ class Catalog:
                 check(overrides, source=name)
             except ConfigError as exc:
                 problems.append(str(exc))
+        if capability.answer_template is not None:
+            problem = template_problem(capability.answer_template)
+            if problem is not None:
+                problems.append(f"{name}: answer_template: {problem}")
         if problems:
             raise CatalogError.of(problems, where or "catalog")
         with self._lock:

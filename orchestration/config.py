@@ -101,7 +101,12 @@ class OrchestratorConfig(BaseSettings):
     )
     max_plan_steps: int = Field(1000, ge=1, description="Largest plan accepted.")
     prompt_type_guidance: bool = Field(True, description="Layer 1: typed signatures in prompts.")
-    synthesis_enabled: bool = Field(True, description="Compose a final answer with the LLM.")
+    synthesis_enabled: bool = Field(True, description="Compose a final answer (off: no answer).")
+    synthesis_strategy: Literal["llm", "template", "raw"] = Field(
+        "llm", description="How the answer is composed when a run or workflow does not say: "
+        "llm (one LLM call over the step results), template (the workflow's answer "
+        "template, else each capability's answer_template; no LLM call), raw (the named "
+        "outputs, or the step outputs, as JSON; no LLM call).")
     planner_prompt_budget_chars: int = Field(
         24_000, ge=2000,
         description="Largest first planner prompt (system + user, in characters); a larger "

@@ -7,7 +7,8 @@ resumed run continuing where it stopped) and a timestamp; ``type`` says what hap
 =====================  ===========================================================
 type                   data
 =====================  ===========================================================
-``plan_ready``         ``plan`` (the validated plan), ``steps`` (count)
+``plan_ready``         ``plan`` (the validated plan), ``steps`` (count), ``source``
+                       (``llm``, ``cache``, ``caller``, ``workflow``)
 ``plan_discarded``     ``reason``, ``steps`` (ids started while a plan streamed whose
                        results were dropped: that plan answer was not accepted)
 ``step_started``       ``step_id``, ``tool``, ``capability``

@@ -29,7 +29,12 @@ from orchestration._engine import RunEngine, run_status
 from orchestration._events import EventCallback
 from orchestration._facade.cancellation import cancel
 from orchestration._facade.history import RunHistory
-from orchestration._facade.inputs import RUN_ID_PATTERN, check_query, check_run_id
+from orchestration._facade.inputs import (
+    RUN_ID_PATTERN,
+    check_query,
+    check_run_id,
+    check_synthesis,
+)
 from orchestration._facade.local_runs import LocalRuns
 from orchestration._facade.loop_resources import TransportPool, run_on_new_loop
 from orchestration._facade.resume import resume
@@ -48,7 +53,8 @@ from orchestration.llm._factory import client_from_config
 from orchestration.llm.base import LLMClient
 from orchestration.plan import Plan, ValidatedPlan
 from orchestration.redaction import Redactor
-from orchestration.result import Approval, RunResult
+from orchestration.result import Approval, RunResult, SynthesisStrategy
+from orchestration.state import RunSetup
 from orchestration.store import RunStore, RunSummary, open_store
 from orchestration.telemetry import Telemetry
 from orchestration.telemetry._observer import Observer
@@ -134,10 +140,11 @@ class Orchestrator:
         plan: Plan | dict[str, Any] | None = None,
         run_id: str | None = None,
         on_event: EventCallback | None = None,
+        synthesis: SynthesisStrategy | None = None,
     ) -> RunResult:
         """Synchronous :meth:`arun` for code without an event loop."""
         return self._sync("run", lambda: self.arun(query, plan=plan, run_id=run_id,
-                                                   on_event=on_event))
+                                                   on_event=on_event, synthesis=synthesis))
 
     def resume(
         self,
@@ -182,6 +189,7 @@ class Orchestrator:
         plan: Plan | dict[str, Any] | None = None,
         run_id: str | None = None,
         on_event: EventCallback | None = None,
+        synthesis: SynthesisStrategy | None = None,
     ) -> RunResult:
         """Plan ``query`` (or use the given ``plan``), execute it, synthesise the answer.
 
@@ -189,19 +197,23 @@ class Orchestrator:
         run with that id is returned as stored, without running anything; an interrupted
         one is resumed (see :meth:`aresume`). ``on_event`` receives every
         :class:`~orchestration.events.RunEvent` in order (sync or async; one that raises
-        is logged once and gets no more events, the run goes on).
+        is logged once and gets no more events, the run goes on). ``synthesis`` chooses
+        how this run's answer is composed (``llm``, ``template``, ``raw``; default
+        ``ORCH_SYNTHESIS_STRATEGY``).
 
         Raises :class:`StoreError` when the store cannot record the run (before anything
         is sent) or lost a write on the way (the error carries the result),
         :class:`RunLeased` when another process is running it.
         """
         check_query(query)
+        setup = RunSetup(answer_strategy=check_synthesis(synthesis))
         if self._temporal.enabled:
             if run_id is not None:
                 check_run_id(run_id)
             return await self._temporal.runs().run(query, plan=plan, run_id=run_id,
-                                                   on_event=on_event)
-        return await self._local.start_new(query, plan=plan, run_id=run_id, on_event=on_event)
+                                                   on_event=on_event, setup=setup)
+        return await self._local.start_new(query, plan=plan, run_id=run_id, on_event=on_event,
+                                           setup=setup)
 
     async def astart(
         self,
@@ -210,6 +222,7 @@ class Orchestrator:
         plan: Plan | dict[str, Any] | None = None,
         run_id: str | None = None,
         on_event: EventCallback | None = None,
+        synthesis: SynthesisStrategy | None = None,
     ) -> RunHandle:
         """Start :meth:`arun` in the background; return once the run is recorded and held
         by this process (so :meth:`aget_run` finds it), while it goes on.
@@ -222,8 +235,9 @@ class Orchestrator:
         ``cancelled``) or :meth:`RunHandle.interrupt` (it stays resumable).
         """
         self._temporal.refuse("astart")
+        setup = RunSetup(answer_strategy=check_synthesis(synthesis))
         return await self._local.start_in_background(lambda started: self._local.start_new(
-            query, plan=plan, run_id=run_id, on_event=on_event, started=started))
+            query, plan=plan, run_id=run_id, on_event=on_event, started=started, setup=setup))
 
     async def astart_resume(
         self,

@@ -1,11 +1,14 @@
-"""The checks of what a caller hands the facade before anything is recorded: the query
-and a caller-chosen run id. Each refusal is an :class:`InvalidInput` naming what is wrong."""
+"""The checks of what a caller hands the facade before anything is recorded: the query,
+a caller-chosen run id, a synthesis strategy. Each refusal is an :class:`InvalidInput`
+naming what is wrong."""
 
 from __future__ import annotations
 
 import re
+import typing
 
 from orchestration.errors import InvalidInput
+from orchestration.result import SynthesisStrategy
 
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$"
 """What a caller-chosen ``run_id`` may look like (it names files, URLs and log lines)."""
@@ -30,3 +33,15 @@ def check_query(query: str) -> None:
             f"the query is not valid Unicode: character {exc.start} is a lone surrogate "
             f"({query[exc.start]!r}, often a JSON escape such as \\ud800 without its pair); "
             "send the text with that character removed or completed") from None
+
+
+_STRATEGIES: tuple[str, ...] = typing.get_args(SynthesisStrategy)
+
+
+def check_synthesis(strategy: str | None) -> SynthesisStrategy | None:
+    """A caller's choice of synthesis strategy, or :class:`InvalidInput` naming the ones
+    there are."""
+    if strategy is None or strategy in _STRATEGIES:
+        return strategy  # type: ignore[return-value]
+    raise InvalidInput(f"synthesis {strategy!r} is not a synthesis strategy; use one of "
+                       f"{', '.join(_STRATEGIES)}")

@@ -30,7 +30,7 @@ from orchestration.plan import Plan, ValidatedPlan
 from orchestration.result import RunResult, StepResult
 from orchestration.retry_policy import RetryPolicy
 from orchestration.services import RunServices
-from orchestration.state import RunState
+from orchestration.state import RunSetup, RunState
 from orchestration.store import StoredRun
 from orchestration.store._recorder import RunRecorder
 
@@ -78,9 +78,11 @@ class LocalRuns:
         run_id: str | None = None,
         on_event: EventCallback | None = None,
         started: asyncio.Future[RunHandle] | None = None,
+        setup: RunSetup | None = None,
     ) -> RunResult:
         """Record a new run and execute it; a ``run_id`` already stored for this query is
-        returned as it is (finished) or continued (interrupted)."""
+        returned as it is (finished) or continued (interrupted). ``setup``: how the new
+        run answers, the workflow it is made from."""
         check_query(query)  # (astart comes here directly)
         await self.stores.open()
         store = self._parts.store
@@ -95,7 +97,7 @@ class LocalRuns:
                 if stored.state.status != "running":
                     return stored.state.to_result()
                 return await self.continue_run(stored, on_event=on_event, started=started)
-        run = RunState(run_id=run_id or uuid.uuid4().hex, query=query)
+        run = (setup or RunSetup()).new_state(run_id or uuid.uuid4().hex, query)
         if self._parts.debug_store is not None:
             run.debug_path = str(self._parts.debug_store.path)
         recorder = self.stores.recorder(run.run_id)

@@ -45,7 +45,7 @@ from orchestration.errors import (
 from orchestration.events import RunEvent
 from orchestration.plan import Plan
 from orchestration.result import Approval, RunResult
-from orchestration.state import RunState
+from orchestration.state import RunSetup, RunState
 from orchestration.store import RunStore
 from orchestration.store._recorder import snapshot
 from orchestration.temporal._payload_store import with_payload_store
@@ -88,19 +88,22 @@ class TemporalRuns:
 
     # --- running ------------------------------------------------------------------------------
     async def run(self, query: str, *, plan: Plan | dict[str, Any] | None, run_id: str | None,
-                  on_event: EventCallback | None) -> RunResult:
+                  on_event: EventCallback | None, setup: RunSetup | None = None) -> RunResult:
         """Start the run's workflow (its id is the run id), or attach to the run of that
-        id; the result once it has ended or paused."""
+        id; the result once it has ended or paused. ``setup`` goes with the request (how
+        the run answers, the workflow it is made from)."""
         run_id = run_id or uuid.uuid4().hex
         with self._answering(run_id, "starting or following the run"):
-            return await self._run(query, plan, run_id, on_event)
+            return await self._run(query, plan, run_id, on_event, setup)
 
     async def _run(self, query: str, plan: Plan | dict[str, Any] | None, run_id: str,
-                   on_event: EventCallback | None) -> RunResult:
+                   on_event: EventCallback | None, setup: RunSetup | None) -> RunResult:
         client = await self.client()
         plan_payload = (plan.model_dump(mode="json", exclude_none=True) if isinstance(plan, Plan)
                         else plan)
         request = {"query": query, "plan": plan_payload, "config": config_to_payload(self.config)}
+        if setup is not None:
+            request["setup"] = setup.model_dump(mode="json", exclude_none=True)
         try:
             handle: WorkflowHandle[Any, Any] = await client.start_workflow(
                 WORKFLOW, request, id=run_id, task_queue=self.config.temporal_task_queue,

@@ -35,7 +35,7 @@ from orchestration.events import RunEvent
 from orchestration.layer_settings import LayerSettings
 from orchestration.result import Approval
 from orchestration.services import RunServices
-from orchestration.state import RunState
+from orchestration.state import RunSetup, RunState
 from orchestration.temporal._context import context_for
 from orchestration.temporal._payloads import RECORD_RUN, WORKFLOW
 from orchestration.temporal._workflow_services import run_services
@@ -54,8 +54,9 @@ class RunWorkflow:
     @workflow.init
     def __init__(self, request: dict[str, Any]) -> None:
         info = workflow.info()
-        self._state = RunState(run_id=info.workflow_id, query=request["query"],
-                               started_at=workflow.now().timestamp())
+        setup = RunSetup.model_validate(request.get("setup") or {})
+        self._state = setup.new_state(info.workflow_id, request["query"],
+                                      started_at=workflow.now().timestamp())
         self._events: list[RunEvent] = []
         self._recorded_seq = 0
         self._settled = 0
