@@ -16,6 +16,7 @@ nested function) cannot be written down and says so.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import inspect
 import json
@@ -179,6 +180,9 @@ class Catalog:
         self._notes: dict[str, list[SourceNote]] = {}  # per source: left out or repaired
         self._runtime: SourceRuntime | None = None
         self._revision = 0
+        self._fingerprints: dict[int, str] = {}  # by revision; shared with snapshots
+        self.path: Path | None = None
+        """The file the catalog was read from (:meth:`from_file`), else None."""
 
     @property
     def revision(self) -> int:
@@ -186,6 +190,26 @@ class Catalog:
         is derived from the catalog (the redactor's known secrets) can tell it is out of
         date."""
         return self._revision
+
+    @property
+    def fingerprint(self) -> str:
+        """A digest of what the catalog offers — every capability's definition and every
+        tool's description — the same in every process that loads the same catalog, and
+        different as soon as any of it changes. What is derived from a catalog and kept
+        across processes says which catalog it was made for with it (a cached plan, a
+        workflow's check); computed once per :attr:`revision`."""
+        revision = self._revision
+        found = self._fingerprints.get(revision)
+        if found is None:
+            with self._lock:
+                caps = sorted(self._caps.values(), key=lambda c: (c.tool, c.name))
+                tools = dict(sorted(self._tool_descriptions.items()))
+            body = {"tools": tools, "capabilities": [
+                cap.model_dump(mode="json", exclude={"function", "invoker"}) for cap in caps]}
+            text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+            found = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+            self._fingerprints[revision] = found
+        return found
 
     # --- building -----------------------------------------------------------------
     def add(
@@ -382,7 +406,9 @@ class Catalog:
                                f"{exc.msg}") from exc
         except yaml.YAMLError as exc:
             raise CatalogError(_yaml_error(p, exc)) from exc
-        return cls.from_dict(data or {}, source=str(p), base_dir=p.parent, origin=f"file:{p}")
+        catalog = cls.from_dict(data or {}, source=str(p), base_dir=p.parent, origin=f"file:{p}")
+        catalog.path = p
+        return catalog
 
     @classmethod
     def discover(cls, *base_urls: str, timeout_s: float = 5.0,
@@ -538,6 +564,10 @@ class Catalog:
         with self._lock:
             snap._caps = dict(self._caps)
             snap._tool_descriptions = dict(self._tool_descriptions)
+            # the snapshot is this revision: it shares the fingerprints worked out for it
+            snap._revision = self._revision
+            snap._fingerprints = self._fingerprints
+        snap.path = self.path
         return snap
 
     async def aclose(self) -> None:

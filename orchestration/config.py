@@ -107,6 +107,12 @@ class OrchestratorConfig(BaseSettings):
         "llm (one LLM call over the step results), template (the workflow's answer "
         "template, else each capability's answer_template; no LLM call), raw (the named "
         "outputs, or the step outputs, as JSON; no LLM call).")
+    plan_cache: bool = Field(
+        False, description="Reuse the plan of an earlier run whose query normalises to the "
+        "same text, under the same catalog, planner model and prompt version (kept in the "
+        "run store; local backend). Only plans of runs that succeeded are kept.")
+    plan_cache_ttl_s: float = Field(
+        86400.0, gt=0, description="How long a cached plan is reused after it was made.")
     planner_prompt_budget_chars: int = Field(
         24_000, ge=2000,
         description="Largest first planner prompt (system + user, in characters); a larger "

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from orchestration._budget import RunBudget
 from orchestration._cancellation import Cancellation
 from orchestration._events import EventSink
+from orchestration._plan_cache import PlanCache
 from orchestration._transport import ToolTransport
 from orchestration.catalog import Capability, Catalog
 from orchestration.clock import Clock
@@ -67,7 +68,8 @@ class RunServices:
     ``stream_answer`` False asks for the answer whole even when someone watches (a
     Temporal workflow: deltas cannot leave it as they are written). ``cancellation`` says
     whether a cancellation of the run's task is deliberate (the run ends ``cancelled``)
-    or a shutdown (it stays resumable).
+    or a shutdown (it stays resumable). ``plans``: the plan cache, when ``ORCH_PLAN_CACHE``
+    is on (local backend).
     """
 
     catalog: Catalog
@@ -85,3 +87,4 @@ class RunServices:
     calls: CallInspector | None = None
     cancellation: Cancellation = field(default_factory=Cancellation)
     stream_answer: bool = True
+    plans: PlanCache | None = None

@@ -23,6 +23,7 @@ from orchestration._facade.inputs import check_query, check_run_id
 from orchestration._facade.loop_resources import TransportPool
 from orchestration._facade.parts import FacadeParts
 from orchestration._facade.store_access import RunStoreAccess
+from orchestration._plan_cache import PlanCache
 from orchestration.errors import DagwrightError, LeaseLost, StoreError
 from orchestration.handle import RunHandle
 from orchestration.llm._gateway import DebugRecorder, LLMGateway
@@ -68,6 +69,7 @@ class LocalRuns:
         self.stores = stores
         self._transports = transports
         self.active: dict[str, RunHandle] = {}
+        self._plans: PlanCache | None = None
 
     # --- starting and continuing ----------------------------------------------------------
     async def start_new(
@@ -298,7 +300,14 @@ class LocalRuns:
             deadline=asyncio.get_running_loop().time() + config.run_timeout_s,
             budget=budget,
             calls=parts.engine.call_inspector(parts.layers),
+            plans=self._plan_cache() if config.plan_cache else None,
         )
+
+    def _plan_cache(self) -> PlanCache:
+        """The plan cache on this orchestrator's run store (``ORCH_PLAN_CACHE``)."""
+        if self._plans is None:
+            self._plans = PlanCache(self._parts.store, self._parts.observer)
+        return self._plans
 
     def _debug_recorder(self) -> DebugRecorder | None:
         """The LLM debug store's recorder when ``ORCH_LLM_DEBUG_ENABLED`` is on."""

@@ -279,6 +279,18 @@ class Observer:
         self.metrics.llm_cost.labels(purpose).inc(cost)
         self.instruments.llm_cost.add(cost, {attr.PURPOSE: purpose})
 
+    # --- the plan cache -----------------------------------------------------------------
+    def plan_cache(self, run_id: str, outcome: str, *, age_s: float | None = None) -> None:
+        """A plan cache lookup (``hit``, ``miss``, ``invalid``, ``error``) or a plan kept
+        (``stored``): ``orchestration_plan_cache_total`` by outcome, a ``plan_cache`` event
+        on the run's span, and on a hit ``dagwright.plan.source=cache`` on the span."""
+        self.metrics.plan_cache.labels(outcome).inc()
+        span = trace.get_current_span()
+        attr.add_event(span, "plan_cache", {"outcome": outcome, attr.RUN_ID: run_id,
+                                            "plan_cache.age_s": age_s})
+        if outcome == "hit":
+            span.set_attribute(attr.PLAN_SOURCE, "cache")
+
     # --- circuit breakers -------------------------------------------------------------
     def circuit_changed(self, transition: CircuitTransition) -> None:
         """A tool's circuit breaker changed state (``before`` None: it was just made,
@@ -835,6 +847,9 @@ class NullObserver(Observer):
         pass
 
     def circuit_changed(self, transition: CircuitTransition) -> None:
+        pass
+
+    def plan_cache(self, run_id: str, outcome: str, *, age_s: float | None = None) -> None:
         pass
 
 

@@ -105,6 +105,10 @@ class Metrics:
             "orchestration_corrections_ungrounded",
             "Corrected parameter values whose source could not be verified (not sent unless "
             "grounded_corrections is off), by reason.", [*_TC, "reason"], registry=r)
+        self.plan_cache = Counter(
+            "orchestration_plan_cache",
+            "Plan cache lookups by outcome (hit, miss, invalid, error) and plans kept (stored).",
+            ["outcome"], registry=r)
         self.circuit_state = Gauge(
             "orchestration_circuit_state",
             "Circuit breaker state per tool: 0 closed, 1 open, 2 half-open.", ["tool"],

@@ -172,6 +172,21 @@ def run_circuit_trip(tools: DemoTools, catalog: Catalog, registry: CollectorRegi
     return refused
 
 
+def run_plan_cache_hit(tools: DemoTools, catalog: Catalog, registry: CollectorRegistry) -> RunResult:
+    """The same query twice with ORCH_PLAN_CACHE on: the second run's plan is the first's
+    (a miss, a plan kept, a hit): the plan cache metric gets data."""
+    plan = {"steps": [{"id": "q", "tool": "stocks", "capability": "quote",
+                       "params": {"symbol": "TSLA"}}]}
+    llm = ScriptedLLM([plan])
+    orch = Orchestrator(catalog, llm, OrchestratorConfig(
+        plan_cache=True, store_url="memory://", synthesis_enabled=False), registry=registry,
+        clock=ManualClock())
+    orch.run("Price of TSLA?")
+    again = orch.run("Price of TSLA?")
+    assert again.plan_source == "cache" and len(llm.requests) == 1
+    return again
+
+
 def test_a_breaker_that_opens_shows_in_metrics_spans_and_logs(
     demo_tools: DemoTools, demo_catalog: Catalog, registry: CollectorRegistry,
     spans: tuple[TracerProvider, InMemorySpanExporter], caplog: pytest.LogCaptureFixture,

@@ -40,6 +40,7 @@ from tests.orchestration.telemetry.test_observability import (
     run_budget_stop,
     run_circuit_trip,
     run_every_layer,
+    run_plan_cache_hit,
 )
 
 DASHBOARD = ROOT / "config" / "grafana" / "dagwright.json"
@@ -232,7 +233,8 @@ def test_every_panel_query_and_alert_expression_returns_data_from_a_real_prometh
         run_auth_failure(demo_tools, demo_catalog, registry)
         run_budget_stop(demo_tools, demo_catalog, registry)
         run_circuit_trip(demo_tools, demo_catalog, registry)
-        runs = 5 * round_number
+        run_plan_cache_hit(demo_tools, demo_catalog, registry)
+        runs = 7 * round_number
         prometheus.wait_for(f"round {round_number} scraped",
                             lambda runs=runs: prometheus.scalar("sum(orchestration_runs_total)") == runs)
     # each round was seen by its own scrape: at least two scrapes with data
