@@ -333,8 +333,9 @@ class StepRunner:
                     raise AwaitApproval(prepared.params, refused.message)
                 return self._record(state, decision, "not_sent", refused, prepared,
                                     provenance=provenance), None
-            reason = approval_reason(state.capability.requires_approval, prepared.params,
-                                     self.resume.approved.get(state.step.id))
+            reason = approval_reason(
+                state.capability.requires_approval or bool(state.step.requires_approval),
+                prepared.params, self.resume.approved.get(state.step.id))
             if reason is not None:
                 raise AwaitApproval(prepared.params, reason)
             blocked = self._blocked(state, prepared)

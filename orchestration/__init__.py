@@ -29,6 +29,7 @@ from orchestration.errors import (
     StepFailed,
     StoreError,
     ToolFailed,
+    WorkflowError,
 )
 from orchestration.events import RunEvent
 from orchestration.handle import RunHandle
@@ -57,6 +58,7 @@ from orchestration.result import (
 )
 from orchestration.retry_policy import RetryPolicy
 from orchestration.state import RunState
+from orchestration.workflows import Workflow
 
 __all__ = [
     "PLAN_APPROVAL",
@@ -109,6 +111,8 @@ __all__ = [
     "ToolFailed",
     "ToolResponse",
     "ValidatedPlan",
+    "Workflow",
+    "WorkflowError",
     "__version__",
     "http_status_for_category",
     "validate_plan"

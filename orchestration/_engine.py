@@ -35,14 +35,17 @@ from orchestration._answers import resolve_named_outputs
 from orchestration._plan_cache import CacheKey, PlanCache
 from orchestration._synthesis import answer_run
 from orchestration._text import describe_validation_error
+from orchestration.catalog import Catalog
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import PlanIssue, PlanningError, PlanValidationError
 from orchestration.layer_settings import LayerSettings
-from orchestration.plan import Plan, ValidatedPlan, validate_plan
+from orchestration.plan import Plan, Step, ValidatedPlan, validate_plan
 from orchestration.result import PLAN_APPROVAL, Approval, PendingApproval, RunStatus, StepResult
 from orchestration.services import RunServices
 from orchestration.state import RunState
 from orchestration.store import StoredRun
+from orchestration.workflows import CheckedValues
+from planners._references import check_reference_paths
 from planners.planner import Planner
 from planners.replan import RepairSituation
 
@@ -292,6 +295,22 @@ class RunEngine:
         """What the planner compares calls with (``RunServices.calls``): parameters bound
         and coerced exactly as this engine's step runner would."""
         return CallInspector(self.executor.capabilities, layers)
+
+    # --- what workflows are checked with (workflows.StepChecks) -----------------------------
+    def check_values(self, schema: dict[str, Any], values: dict[str, Any]) -> CheckedValues:
+        """``values`` through layer 2 coercion (when on) and validation against ``schema``,
+        as the prepare stage does a step's parameters: a workflow's inputs, and its
+        parameters against their capability before anything runs."""
+        prepared = self.executor.capabilities.for_schema(schema).prepare(
+            values, coerce=self.config.type_coercion_enabled,
+            max_depth=self.config.max_json_depth)
+        return CheckedValues(prepared.params, list(prepared.coercions),
+                             [(i.path, i.message, i.validator) for i in prepared.issues])
+
+    def reference_issues(self, steps: list[Step], catalog: Catalog) -> list[PlanIssue]:
+        """References whose path the upstream capability's output schema cannot provide
+        (the planner's check of a plan's references)."""
+        return check_reference_paths(steps, catalog)
 
     async def plan_only(self, run: RunState, services: RunServices) -> ValidatedPlan:
         """A plan for ``run.query`` without executing it."""

@@ -113,6 +113,9 @@ class OrchestratorConfig(BaseSettings):
         "run store; local backend). Only plans of runs that succeeded are kept.")
     plan_cache_ttl_s: float = Field(
         86400.0, gt=0, description="How long a cached plan is reused after it was made.")
+    workflows_dir: Path | None = Field(
+        None, description="Directory of saved workflows (YAML/JSON) found by name (unset: "
+        "workflows/ beside ORCH_CATALOG, else ./workflows).")
     planner_prompt_budget_chars: int = Field(
         24_000, ge=2000,
         description="Largest first planner prompt (system + user, in characters); a larger "

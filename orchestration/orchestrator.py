@@ -40,6 +40,7 @@ from orchestration._facade.loop_resources import TransportPool, run_on_new_loop
 from orchestration._facade.resume import resume
 from orchestration._facade.store_access import RunStoreAccess
 from orchestration._facade.temporal import TemporalBackend
+from orchestration._facade.workflows import FacadeWorkflows, WorkflowRef
 from orchestration.catalog import Catalog
 from orchestration.circuit import CircuitBreakers
 from orchestration.clock import Clock
@@ -58,6 +59,7 @@ from orchestration.state import RunSetup
 from orchestration.store import RunStore, RunSummary, open_store
 from orchestration.telemetry import Telemetry
 from orchestration.telemetry._observer import Observer
+from orchestration.workflows import Workflow, WorkflowEntry
 from planners.planner import Planner
 
 __all__ = ["RUN_ID_PATTERN", "Orchestrator", "run_status"]
@@ -115,6 +117,7 @@ class Orchestrator:
         self._temporal = TemporalBackend(self)
         self._local = LocalRuns(self, self._stores, self._transports)
         self._history = RunHistory(self, self._local, self._temporal)
+        self._workflows = FacadeWorkflows(self)
 
     @classmethod
     def from_env(
@@ -156,6 +159,19 @@ class Orchestrator:
         """Synchronous :meth:`aresume`."""
         return self._sync("resume", lambda: self.aresume(run_id, approvals=approvals,
                                                          on_event=on_event))
+
+    def run_workflow(
+        self,
+        workflow: WorkflowRef,
+        inputs: dict[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+        on_event: EventCallback | None = None,
+        synthesis: SynthesisStrategy | None = None,
+    ) -> RunResult:
+        """Synchronous :meth:`arun_workflow`."""
+        return self._sync("run_workflow", lambda: self.arun_workflow(
+            workflow, inputs, run_id=run_id, on_event=on_event, synthesis=synthesis))
 
     def get_run(self, run_id: str) -> RunResult | None:
         """Synchronous :meth:`aget_run`."""
@@ -214,6 +230,65 @@ class Orchestrator:
                                                    on_event=on_event, setup=setup)
         return await self._local.start_new(query, plan=plan, run_id=run_id, on_event=on_event,
                                            setup=setup)
+
+    async def arun_workflow(
+        self,
+        workflow: WorkflowRef,
+        inputs: dict[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+        on_event: EventCallback | None = None,
+        synthesis: SynthesisStrategy | None = None,
+    ) -> RunResult:
+        """Run a saved workflow with ``inputs``: no planning (and no planning LLM call);
+        every defense layer and the resilience policy apply to its steps.
+
+        ``workflow`` is a :class:`~orchestration.workflows.Workflow`, the path of its file,
+        or its name in the workflows directory (``ORCH_WORKFLOWS_DIR``, else
+        ``workflows/`` beside the catalog). It is checked against the catalog first, and
+        the inputs are validated (layer 2 coercion, then their schemas) and bound into its
+        steps; what does not fit raises :class:`~orchestration.errors.WorkflowError` or
+        :class:`~orchestration.errors.InvalidInput`, naming every problem, before
+        anything is recorded or sent. The result's ``workflow`` holds the inputs and the
+        named outputs; its answer follows ``synthesis``, else the workflow's ``answer``,
+        else ``ORCH_SYNTHESIS_STRATEGY``. ``run_id`` and ``on_event`` as in :meth:`arun`.
+        """
+        call = self._workflows.call(workflow, inputs, check_synthesis(synthesis))
+        if self._temporal.enabled:
+            if run_id is not None:
+                check_run_id(run_id)
+            return await self._temporal.runs().run(call.query, plan=call.plan, run_id=run_id,
+                                                   on_event=on_event, setup=call.setup)
+        return await self._local.start_new(call.query, plan=call.plan, run_id=run_id,
+                                           on_event=on_event, setup=call.setup)
+
+    async def astart_workflow(
+        self,
+        workflow: WorkflowRef,
+        inputs: dict[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+        on_event: EventCallback | None = None,
+        synthesis: SynthesisStrategy | None = None,
+    ) -> RunHandle:
+        """Start :meth:`arun_workflow` in the background (as :meth:`astart` does a query);
+        what the workflow or its inputs do not fit raises here, before anything runs."""
+        self._temporal.refuse("astart_workflow")
+        call = self._workflows.call(workflow, inputs, check_synthesis(synthesis))
+        return await self._local.start_in_background(lambda started: self._local.start_new(
+            call.query, plan=call.plan, run_id=run_id, on_event=on_event, started=started,
+            setup=call.setup))
+
+    def load_workflow(self, workflow: WorkflowRef) -> Workflow:
+        """The workflow (by name, path, or as given), checked against the catalog as it is
+        now: :class:`~orchestration.errors.WorkflowError` lists every problem, with the
+        catalog's revision."""
+        return self._workflows.load(workflow)
+
+    def list_workflows(self) -> list[WorkflowEntry]:
+        """Every workflow file of the workflows directory, each with the problems that keep
+        it from running (none: it fits the catalog)."""
+        return self._workflows.entries()
 
     async def astart(
         self,

@@ -29,7 +29,7 @@ PACKAGE_API = {
         "InvalidInput", "BackendUnavailable", "LeaseLost", "RetryExhausted", "RetryPolicy", "RunEvent", "RunHandle", "RunLeased", "RunNotFound",
         "RunResult", "RunState", "RunUsage", "ScriptedLLM", "Step", "StepError", "StepFailed",
         "StepResult", "StoreError", "TokenUsage", "ToolError", "ToolFailed", "ToolResponse",
-        "validate_plan", "ValidatedPlan"
+        "validate_plan", "ValidatedPlan", "Workflow", "WorkflowError"
     ],
     "executors": [
         "REMOVED", "Coercer", "CoercionChange", "CoercionResult", "Decision", "GiveUp", "RecoveryHandler",
@@ -46,7 +46,7 @@ PUBLIC_MODULES = [
     "executors.coercion", "executors.faults", "executors.layers", "executors.layers.resilience",
     "executors.layers.semantic_retry", "executors.layers.validation_feedback",
     "executors.recovery", "orchestration.capability", "orchestration.catalog",
-    "orchestration.cli", "orchestration.clock", "orchestration.config",
+    "orchestration.circuit", "orchestration.cli", "orchestration.clock", "orchestration.config",
     "orchestration.debug_store", "orchestration.errors", "orchestration.events", "orchestration.handle",
     "orchestration.layer_settings", "orchestration.llm", "orchestration.llm.anthropic",
     "orchestration.llm.base", "orchestration.llm.embeddings", "orchestration.llm.openai_compat",
@@ -58,7 +58,8 @@ PUBLIC_MODULES = [
     "orchestration.sources.mcp", "orchestration.sources.openapi", "orchestration.state",
     "orchestration.store", "orchestration.telemetry", "orchestration.telemetry.exporters",
     "orchestration.telemetry.metrics", "orchestration.telemetry.serving",
-    "orchestration.temporal", "planners.feedback",
+    "orchestration.temporal", "orchestration.workflows", "orchestration.workflows.model",
+    "planners.feedback",
     "planners.parsing", "planners.planner", "planners.prompt", "planners.replan",
     "planners.signatures"
 ]

@@ -16,7 +16,7 @@ from types import ModuleType
 from typing import Any, TextIO, cast
 
 from orchestration._version import __version__
-from orchestration.cli import _approvals, _config, _demo, _run, _runs, _serve, _tools
+from orchestration.cli import _approvals, _config, _demo, _run, _runs, _serve, _tools, _workflows
 from orchestration.cli._errors import next_step_for, print_error, show_warning
 from orchestration.cli._exit_codes import (
     EXIT_CLOSED_PIPE,
@@ -32,6 +32,7 @@ from orchestration.errors import DagwrightError, PlanningError
 COMMAND_GROUPS: tuple[ModuleType, ...] = (
     _demo,        # demo, serve-tools
     _run,         # run, plan
+    _workflows,   # workflows
     _tools,       # tools
     _config,      # config
     _runs,        # runs list|show, resume, debug

@@ -2,7 +2,9 @@
 
 =========================================  =============================================
 ``POST /v1/runs``                          start a run: 202 ``{run_id, status}``; with
-                                           ``"wait": true`` 200 and the whole result
+                                           ``"wait": true`` 200 and the whole result;
+                                           ``{"workflow", "inputs"}`` instead of
+                                           ``query`` runs a saved workflow (by name)
 ``GET /v1/runs?status=&limit=``            recent runs, newest first
 ``GET /v1/runs/{run_id}``                  the ``RunResult`` JSON
 ``GET /v1/runs/{run_id}/events``           server-sent events (``Last-Event-ID``/``after``)
@@ -17,9 +19,16 @@ is a 422 naming the field rather than a silently ignored option.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, TypeVar, get_args
+from typing import Any, Literal, TypeVar, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    ValidationError,
+)
 from sse_starlette import EventSourceResponse
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -29,10 +38,12 @@ from orchestration._json import UnreadableJSON, decode
 from orchestration.errors import (
     ApprovalError,
     DagwrightError,
+    InvalidInput,
     PlanValidationError,
     RunLeased,
     RunNotFound,
     StoreError,
+    WorkflowError,
 )
 from orchestration.handle import RunHandle
 from orchestration.orchestrator import RUN_ID_PATTERN
@@ -41,6 +52,7 @@ from orchestration.result import Approval, RunResult, RunStatus
 from orchestration.server._errors import ApiError, field_errors
 from orchestration.server._runs import Busy, RunManager
 from orchestration.server._stream import FINAL_STATUSES, run_event_stream
+from orchestration.workflows.model import NAME_PATTERN
 
 __all__ = ["api_routes", "read_run"]
 
@@ -50,14 +62,33 @@ MAX_QUERY_CHARS = 20_000
 
 
 class RunRequest(BaseModel):
-    """``POST /v1/runs``."""
+    """``POST /v1/runs``: a ``query`` (optionally with its ``plan``), or a saved ``workflow``
+    by name with its ``inputs``."""
 
     model_config = ConfigDict(extra="forbid")
 
-    query: StrictStr = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    query: StrictStr | None = Field(None, min_length=1, max_length=MAX_QUERY_CHARS)
     plan: dict[str, Any] | None = None
+    workflow: StrictStr | None = Field(
+        None, pattern=NAME_PATTERN,
+        description="the name of a saved workflow in the server's workflows directory "
+        "(never a path: a client does not choose the files the server reads)")
+    inputs: dict[str, Any] | None = None
+    synthesis: Literal["llm", "template", "raw"] | None = None
     run_id: StrictStr | None = Field(None, pattern=RUN_ID_PATTERN)
     wait: StrictBool = False
+
+    def problem(self) -> tuple[str, str] | None:
+        """The field that does not go with the others, and why."""
+        if self.query is None and self.workflow is None:
+            return "query", "give either 'query' or 'workflow' (with its 'inputs')"
+        if self.query is not None and self.workflow is not None:
+            return "workflow", "give either 'query' or 'workflow' (with its 'inputs'), not both"
+        if self.workflow is not None and self.plan is not None:
+            return "plan", "a workflow brings its own plan: 'plan' goes with 'query' only"
+        if self.workflow is None and self.inputs is not None:
+            return "inputs", "'inputs' go with 'workflow'"
+        return None
 
 
 class DecisionRequest(BaseModel):
@@ -188,8 +219,44 @@ async def _check_same_plan(manager: RunManager, run_id: str, plan: dict[str, Any
                        details={"run_id": run_id, "status": known.status})
 
 
+async def _start_workflow(request: Request, body: RunRequest) -> Response:
+    """A saved workflow by name, its inputs checked before anything runs: 404 for an
+    unknown name, 422 naming every problem for one that does not fit the catalog or
+    inputs that do not fit it."""
+    manager = _manager(request)
+    assert body.workflow is not None
+    try:
+        handle = await manager.start_workflow(body.workflow, body.inputs, run_id=body.run_id,
+                                              synthesis=body.synthesis)
+    except Busy as exc:
+        raise _busy(exc) from exc
+    except WorkflowError as exc:
+        found = exc.path is not None
+        raise ApiError(422 if found else 404, "invalid_workflow" if found else
+                       "workflow_not_found", str(exc),
+                       details={"workflow": body.workflow, "problems": exc.problems}) from exc
+    except InvalidInput as exc:
+        raise ApiError(422, "invalid_inputs", str(exc), details={
+            "workflow": body.workflow,
+            "fields": [{"field": "inputs", "problem": str(exc)}]}) from exc
+    except RunLeased as exc:
+        raise ApiError(409, "run_leased", str(exc), details={"run_id": body.run_id}) from exc
+    except StoreError as exc:
+        raise _store_error(exc) from exc
+    except DagwrightError as exc:  # the run id names a run of another query
+        raise ApiError(409, "run_id_conflict", str(exc), details={"run_id": body.run_id}) from exc
+    return await _wait(handle) if body.wait else _accepted(request, handle)
+
+
 async def create_run(request: Request) -> Response:
     body = _model(RunRequest, await _json_body(request))
+    problem = body.problem()
+    if problem is not None:
+        raise ApiError(422, "invalid_request", f"invalid request: {problem[0]}: {problem[1]}",
+                       details={"fields": [{"field": problem[0], "problem": problem[1]}]})
+    if body.workflow is not None:
+        return await _start_workflow(request, body)
+    assert body.query is not None
     manager = _manager(request)
     if body.plan is not None:
         _check_plan(request, body.plan)
@@ -201,7 +268,8 @@ async def create_run(request: Request) -> Response:
             # the same run asked for again: it is this one, never a second
             return await _wait(running) if body.wait else _accepted(request, running)
     try:
-        handle = await manager.start(body.query, plan=body.plan, run_id=body.run_id)
+        handle = await manager.start(body.query, plan=body.plan, run_id=body.run_id,
+                                     synthesis=body.synthesis)
     except Busy as exc:
         raise _busy(exc) from exc
     except RunLeased as exc:

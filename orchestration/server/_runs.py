@@ -16,11 +16,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from orchestration.errors import DagwrightError, RunLeased
 from orchestration.handle import RunHandle
 from orchestration.orchestrator import Orchestrator
-from orchestration.result import Approval
+from orchestration.result import Approval, SynthesisStrategy
+from orchestration.workflows import WorkflowLibrary
 
 __all__ = ["Busy", "RunManager"]
 
@@ -62,11 +65,27 @@ class RunManager:
 
     # --- starting ---------------------------------------------------------------------
     async def start(self, query: str, *, plan: dict[str, object] | None,
-                    run_id: str | None) -> RunHandle:
+                    run_id: str | None, synthesis: SynthesisStrategy | None = None
+                    ) -> RunHandle:
         """A new run (or the existing one of ``run_id``: see ``Orchestrator.astart``)."""
+        return await self._started(lambda: self.orchestrator.astart(
+            query, plan=plan, run_id=run_id, synthesis=synthesis))
+
+    async def start_workflow(self, name: str, inputs: dict[str, Any] | None, *,
+                             run_id: str | None,
+                             synthesis: SynthesisStrategy | None = None) -> RunHandle:
+        """A run of the saved workflow ``name`` (see ``Orchestrator.astart_workflow``),
+        looked up by name in the workflows directory only: a client never names a file."""
+        orch = self.orchestrator
+        path = WorkflowLibrary.for_config(orch.config, orch.catalog).find(name)
+        return await self._started(lambda: orch.astart_workflow(
+            path, inputs, run_id=run_id, synthesis=synthesis))
+
+    async def _started(self, start: Callable[[], Awaitable[RunHandle]]) -> RunHandle:
+        """``start()`` in a slot taken first (freed again when it raises)."""
         self._take_slot()
         try:
-            handle = await self.orchestrator.astart(query, plan=plan, run_id=run_id)
+            handle = await start()
         except BaseException:
             self._free_slot()
             raise
