@@ -22,7 +22,10 @@ from orchestration.workflows import Lift, WorkflowDraft, draft_workflow
 
 def save_workflow(orch: Orchestrator, args: argparse.Namespace, plan: ValidatedPlan,
                   path: Path, out: TextIO) -> None:
-    """Draft the workflow, let the user settle its inputs, check it, write it."""
+    """Draft the workflow, let the user settle its inputs, check it, write it. With
+    ``--json`` (the plan on stdout) what was saved is told on stderr."""
+    if args.json:
+        out = sys.stderr
     draft = draft_workflow(args.query, plan, orch.catalog, name=args.name or path.stem)
     if draft.lifts and not args.yes and sys.stdin.isatty():
         _confirm(draft)
