@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import time
@@ -196,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.tokens_per_s, args.first_token_s, args.repeats = 2000.0, 0.02, 3
+    load = os.getloadavg()[0]
     measured = asyncio.run(measure(args.repeats, args.tokens_per_s, args.first_token_s))
 
     planned = common.median(measured["planned"].seconds)
@@ -225,8 +227,9 @@ def main(argv: list[str] | None = None) -> int:
         f"first-token latency. Four in-process tools of {TOOL_S * 1000:g} ms each; runs "
         "recorded in a SQLite store; synthesis off. Medians of "
         f"{args.repeats} run(s) of each configuration, interleaved. The machine is shared "
-        "with other work: the absolute milliseconds move from run to run, the LLM calls "
-        "and the gap to *planned* do not.\n\n")
+        f"with other work (load average {load:.1f} on its 2 cores when this ran): the "
+        "absolute milliseconds move from run to run, the LLM calls and the gap to "
+        "*planned* do not.\n\n")
     body += common.md_table(["plan from", "LLM calls per run", "median ms", "p95 ms",
                              "vs planned"], rows)
     body += (
