@@ -248,14 +248,23 @@ class RunEngine:
 
     async def _cached_plan(
         self, run: RunState, services: RunServices, cache: PlanCache
-    ) -> tuple[CacheKey, ValidatedPlan | None]:
+    ) -> tuple[CacheKey | None, ValidatedPlan | None]:
         """The key of this run's plan in the plan cache, and the plan kept under it (the
-        run's plan then comes from the cache: no planning LLM call), or None."""
+        run's plan then comes from the cache: no planning LLM call), or None.
+
+        A follow-up in a session (a run whose planner sees the session's earlier runs)
+        neither reads nor keeps a cached plan (no key): its plan answers the query *and*
+        that history ("and for next week?"), and may cite the session's own outputs
+        (``{{run:N.step}}``), so it is no plan for the query alone, and a plan made for the
+        query alone would ignore the history. The first run of a session, with no history
+        yet, is planned from its query only and uses the cache as any run does."""
+        if services.session is not None and services.session.runs:
+            services.observer.plan_cache(run.run_id, "skipped")
+            return None, None
         model = str(getattr(services.llm.client, "model", None) or "unknown")
-        # the run's tenant goes here once runs carry one (issue 29): plans are never
-        # shared across tenants
+        # the run's tenant (its context's): plans are never shared across tenants
         key = cache.key(run.query, services.catalog, model,
-                        self.planner.prompt_version(services.config), tenant=None)
+                        self.planner.prompt_version(services.config), tenant=run.tenant)
         hit = await cache.lookup(key, services.catalog, services.config, run_id=run.run_id,
                                  now=services.clock.time())
         if hit is not None:

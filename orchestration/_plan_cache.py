@@ -11,7 +11,12 @@ A plan is reused only where it was made for the same thing. Its key is a digest 
   old plans are never served again (they expire);
 * the planner's model and :meth:`~planners.planner.Planner.prompt_version` (templates,
   rendering, the settings that shape the prompt, dagwright's version);
-* the tenant, when the run has one: plans are never shared across tenants.
+* the tenant, when the run has one (its context's ``tenant``): plans are never shared
+  across tenants.
+
+A follow-up in a session (a run whose planner sees the session's earlier runs) is not
+looked up and not kept: its plan answers the history as well as the query (see
+``RunEngine._cached_plan``).
 
 Plans are kept in the run store (table ``dagwright_plan_cache``, every process of the
 store shares them) for ``ORCH_PLAN_CACHE_TTL_S`` after they were made. Only the plan of

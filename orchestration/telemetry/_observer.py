@@ -286,8 +286,9 @@ class Observer:
 
     # --- the plan cache -----------------------------------------------------------------
     def plan_cache(self, run_id: str, outcome: str, *, age_s: float | None = None) -> None:
-        """A plan cache lookup (``hit``, ``miss``, ``invalid``, ``error``) or a plan kept
-        (``stored``): ``orchestration_plan_cache_total`` by outcome, a ``plan_cache`` event
+        """A plan cache lookup (``hit``, ``miss``, ``invalid``, ``error``), a lookup not
+        made (``skipped``: a follow-up in a session) or a plan kept (``stored``):
+        ``orchestration_plan_cache_total`` by outcome, a ``plan_cache`` event
         on the run's span, and on a hit ``dagwright.plan.source=cache`` on the span."""
         self.metrics.plan_cache.labels(outcome).inc()
         span = trace.get_current_span()

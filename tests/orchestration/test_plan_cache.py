@@ -188,3 +188,44 @@ async def test_each_store_keeps_plans_until_they_expire(store_url: str) -> None:
         assert await store.clear_cached_plans() == 1
     finally:
         await store.close()
+
+
+def test_a_tenants_cached_plan_is_never_another_tenants(
+    demo_tools: DemoTools, demo_catalog: Catalog, registry: CollectorRegistry,
+) -> None:
+    llm = ScriptedLLM([WEATHER_PLAN] * 4)
+    orch = orchestrator(demo_catalog, llm, "memory://", registry)
+    acme = {"tenant": "acme", "user": "ann"}
+    assert orch.run(QUERY, context=acme).plan_source == "llm"
+    # the same query for another tenant, and for a run of no tenant: each plans afresh
+    globex = orch.run(QUERY, context={"tenant": "globex"})
+    assert globex.status == "succeeded" and globex.plan_source == "llm"
+    assert orch.run(QUERY).plan_source == "llm"
+    assert len(llm.requests) == 3
+    # the first tenant again (another of its users): its own plan, no planning call
+    again = orch.run(QUERY, context={"tenant": "acme", "user": "bob"})
+    assert again.plan_source == "cache" and again.usage.llm_calls == 0
+    assert orch.run(QUERY, context={"tenant": "globex"}).plan_source == "cache"
+    assert len(llm.requests) == 3
+
+
+def test_a_follow_up_in_a_session_neither_takes_nor_keeps_a_cached_plan(
+    demo_tools: DemoTools, demo_catalog: Catalog, registry: CollectorRegistry,
+) -> None:
+    llm = ScriptedLLM([WEATHER_PLAN] * 4)
+    orch = orchestrator(demo_catalog, llm, "memory://", registry)
+    assert orch.run(QUERY).plan_source == "llm"  # kept
+    # a session's first run has no history: planned from its query alone, so cached
+    first = orch.run(QUERY, session_id="chat-1")
+    assert (first.session_run, first.plan_source) == (1, "cache")
+    # a follow-up's planner sees run 1: the same words are another question there
+    follow_up = orch.run(QUERY, session_id="chat-1")
+    assert (follow_up.session_run, follow_up.plan_source) == (2, "llm")
+    assert len(llm.requests) == 2
+    # ... and its plan was not kept for the query alone
+    other = "Weather in Paris, 2 days"
+    assert orch.run(other, session_id="chat-1").plan_source == "llm"
+    assert orch.run(other).plan_source == "llm"
+    assert len(llm.requests) == 4
+    assert registry.get_sample_value("orchestration_plan_cache_total",
+                                     {"outcome": "skipped"}) == 2.0
