@@ -4,6 +4,7 @@ public API, the CLI in a real process, and ``dagwright serve`` over HTTP."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -249,12 +250,15 @@ def test_a_planned_run_saved_as_a_workflow_runs_again_with_other_inputs_and_no_p
 
     # again, with other inputs, from the CLI: no LLM call at all (raw answer)
     ran = _cli(["run", "--workflow", "paris-weather", "--input", "location=Berlin",
-                "--input", "days=3", "--synthesis", "raw", "--json"], env)
+                "--input", "days=3", "--synthesis", "raw", "--json",
+                "--context", "tenant=acme", "--session", "trip"], env)
     assert ran.returncode == 0, ran.stderr
     result = json.loads(ran.stdout)
     assert len(openai_server.requests) == 1  # still only the planning call of `plan --save`
     assert result["plan_source"] == "workflow" and result["usage"]["llm_calls"] == 0
     assert result["query"] == "Weather in Berlin for 3 days?"
+    assert (result["context"], result["session"], result["session_run"]) == (
+        {"tenant": "acme"}, "trip", 1)
     assert [(s["id"], s["tool"], s["capability"]) for s in result["plan"]["steps"]] == [
         (s["id"], s["tool"], s["capability"]) for s in WEATHER_PLAN["steps"]]
     assert [r.body for r in demo_tools["weather"].requests_to("/geocode")] == [
@@ -399,6 +403,78 @@ def test_serve_starts_a_workflow_by_name_with_its_inputs(example_file: Path) -> 
         outside.write_text(ISSUE_EXAMPLE.replace("weekly-report", "outside"))
         assert http.post("/v1/runs", json={"workflow": "outside.yaml"}).status_code == 404
     assert CALLS == [{"team": "Web", "weeks": 2}]
+
+
+def test_serve_runs_a_workflow_as_the_tenant_of_the_token(example_file: Path,
+                                                          tmp_path: Path) -> None:
+    tokens = {hashlib.sha256(t.encode()).hexdigest(): name
+              for t, name in ((ACME, "acme"), (GLOBEX, "globex"))}
+    (tmp_path / "tokens.json").write_text(json.dumps(tokens))
+    orch = Orchestrator(tracker_catalog(), ScriptedLLM([]), OrchestratorConfig(
+        store_url="memory://", synthesis_strategy="raw", workflows_dir=example_file.parent),
+        registry=CollectorRegistry())
+    with live_server(orch, tenants=str(tmp_path / "tokens.json")) as server, \
+            _as(server.url, ACME) as acme, _as(server.url, GLOBEX) as globex:
+        done = acme.post("/v1/runs", json={
+            "workflow": "weekly-report", "inputs": {"team": "Web", "weeks": 1},
+            "context": {"user": "ann"}, "session_id": "weekly", "run_id": "wf-acme-1",
+            "wait": True})
+        assert done.status_code == 200, done.text
+        run = done.json()
+        assert run["status"] == "succeeded" and run["plan_source"] == "workflow"
+        assert run["context"] == {"user": "ann", "tenant": "acme"}  # the token's tenant
+        assert (run["session"], run["session_run"]) == ("weekly", 1)
+        # the other tenant neither sees it nor takes its run id
+        assert globex.get(f"/v1/runs/{run['run_id']}").status_code == 404
+        assert globex.get("/v1/runs").json()["runs"] == []
+        taken = globex.post("/v1/runs", json={"workflow": "weekly-report", "run_id": "wf-acme-1",
+                                              "inputs": {"team": "Web", "weeks": 1}})
+        assert taken.status_code == 409 and taken.json()["error"]["code"] == "run_id_conflict"
+        # nor runs a workflow as another tenant
+        other = globex.post("/v1/runs", json={"workflow": "weekly-report",
+                                              "inputs": {"team": "Web", "weeks": 1},
+                                              "context": {"tenant": "acme"}})
+        assert other.status_code == 403
+        assert other.json()["error"]["code"] == "forbidden_tenant"
+        # a context that cannot be used is named as the context, not as the inputs
+        bad = acme.post("/v1/runs", json={"workflow": "weekly-report",
+                                          "inputs": {"team": "Web", "weeks": 1},
+                                          "context": {"user": "x" * 5000}})
+        assert bad.status_code == 422, bad.text
+        assert bad.json()["error"]["details"]["fields"][0]["field"] == "context"
+    assert CALLS == [{"team": "Web", "weeks": 1}]
+
+
+def test_a_workflow_run_carries_its_context_and_joins_a_session(
+    example_file: Path, registry: CollectorRegistry,
+) -> None:
+    orch = orchestrator(tracker_catalog(), registry, store_url="memory://")
+    acme = {"tenant": "acme", "user": "ann"}
+    first = orch.run_workflow(example_file, {"team": "Platform", "weeks": 2}, context=acme,
+                              session_id="weekly")
+    assert first.status == "succeeded", first.error
+    assert (first.context, first.session, first.session_run) == (acme, "weekly", 1)
+    assert [r.run_id for r in orch.list_runs(tenant="acme", user="ann")] == [first.run_id]
+    # a later run of the session cites the workflow run's output
+    follow_up = orch.run("and the same for that summary", session_id="weekly", context=acme,
+                         plan={"steps": [{"id": "again", "tool": "tracker",
+                                          "capability": "team_stats",
+                                          "params": {"team": "{{run:1.stats.summary}}",
+                                                     "weeks": 1}}]})
+    assert follow_up.status == "succeeded", follow_up.error
+    assert follow_up.session_run == 2
+    assert CALLS[-1] == {"team": "Platform closed 14 issues in 2 weeks", "weeks": 1}
+    with pytest.raises(InvalidInput, match="context"):
+        orch.run_workflow(example_file, {"team": "Platform", "weeks": 2},
+                          context={"bad key!": 1})
+
+
+def _as(url: str, token: str) -> httpx.Client:
+    return httpx.Client(base_url=url, timeout=15, headers={"Authorization": f"Bearer {token}"})
+
+
+ACME = "acme-token-0123456789abcdef"
+GLOBEX = "globex-token-0123456789abcdef"
 
 
 def test_a_workflow_given_in_code_runs_as_well(registry: CollectorRegistry) -> None:
