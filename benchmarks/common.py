@@ -28,7 +28,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_REPORT = REPO_ROOT / "docs" / "benchmarks.md"
 SECTION_ORDER = ("scheduler", "store", "http_calls", "recovery", "throughput", "scale_out",
-                 "streaming_plan", "lean_path", "selection")
+                 "streaming_plan", "plan_cache", "lean_path", "selection")
 """The order sections appear in the report, whatever order the scripts ran in."""
 
 DEPENDENCIES = (
@@ -56,6 +56,7 @@ python -m benchmarks.recovery      # recovery ablation of the four defense layer
 python -m benchmarks.throughput    # concurrent runs per second and memory per run
 python -m benchmarks.scale_out     # runs per second: local, and 1 and 2 Temporal workers
 python -m benchmarks.streaming_plan  # time to the first tool call, plan streamed or whole
+python -m benchmarks.plan_cache    # runs without a planning call: plan cache, saved workflows
 ```
 
 `--quick` runs every script at small sizes in a few seconds (the smoke test in

@@ -105,7 +105,8 @@ class EarlySteps:
         self._steps[step.id] = step
         dependencies = step.dependencies()
         capability = self.services.catalog.get(step.tool, step.capability)
-        if not may_start_early(capability) or not dependencies <= self._early:
+        if (not may_start_early(capability) or step.requires_approval
+                or not dependencies <= self._early):
             return
         if any(d in self._results and self._results[d].status != "succeeded"
                for d in dependencies):

@@ -14,6 +14,7 @@ by every call of every run.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,42 +59,16 @@ class PreparedCall:
     issues: tuple[ValidationIssue, ...] = ()
 
 
-class PreparedCapability:
-    """A capability with its coercer and validator built, and the layer settings and
-    retry policy its calls run with (the global ones with the capability's overrides,
-    worked out once rather than on every step)."""
+class PreparedSchema:
+    """A JSON Schema with its coercer and validator built: what the prepare stage checks
+    values against (a capability's input schema; a workflow's inputs)."""
 
-    def __init__(self, capability: Capability) -> None:
-        self.capability = capability
-        self._settings: tuple[LayerSettings, LayerSettings] | None = None
-        self._policy: tuple[OrchestratorConfig, RetryPolicy] | None = None
-        schema = capability.input_schema
+    def __init__(self, schema: dict[str, Any]) -> None:
         self.validator = _schema.validator(schema)
         # the coercer's "already valid" must mean what validation means, formats included
         checker = _schema.format_checker(schema)
         self.coercer = Coercer(schema, format_checker=checker)
         self._accept = _schema.accept_check(schema, checker)
-
-    def layer_settings(self, layers: LayerSettings) -> LayerSettings:
-        """``layers`` with the capability's ``layers:`` overrides (validated when the
-        catalog loaded, so this cannot fail for a capability of a loaded catalog)."""
-        cached = self._settings
-        if cached is None or cached[0] is not layers:
-            cap = self.capability
-            merged = layers.with_overrides(cap.layers, source=f"capability {cap.key!r} layers")
-            self._settings = cached = (layers, merged)
-        return cached[1]
-
-    def retry_policy(self, config: OrchestratorConfig) -> RetryPolicy:
-        """The global retry policy of ``config`` with the capability's ``retry:``
-        overrides (a step's own overrides go on top of this)."""
-        cached = self._policy
-        if cached is None or cached[0] is not config:
-            cap = self.capability
-            policy = RetryPolicy.for_call(
-                config, (cap.retry, f"capability {cap.key!r} retry overrides"))
-            self._policy = cached = (config, policy)
-        return cached[1]
 
     def validate(self, params: Any) -> list[ValidationIssue]:
         """Every violation of the input schema (not just the first), sorted by path."""
@@ -161,6 +136,39 @@ class PreparedCapability:
         return PreparedCall(params, coercions, error, issues)
 
 
+class PreparedCapability(PreparedSchema):
+    """A capability with its coercer and validator built, and the layer settings and
+    retry policy its calls run with (the global ones with the capability's overrides,
+    worked out once rather than on every step)."""
+
+    def __init__(self, capability: Capability) -> None:
+        super().__init__(capability.input_schema)
+        self.capability = capability
+        self._settings: tuple[LayerSettings, LayerSettings] | None = None
+        self._policy: tuple[OrchestratorConfig, RetryPolicy] | None = None
+
+    def layer_settings(self, layers: LayerSettings) -> LayerSettings:
+        """``layers`` with the capability's ``layers:`` overrides (validated when the
+        catalog loaded, so this cannot fail for a capability of a loaded catalog)."""
+        cached = self._settings
+        if cached is None or cached[0] is not layers:
+            cap = self.capability
+            merged = layers.with_overrides(cap.layers, source=f"capability {cap.key!r} layers")
+            self._settings = cached = (layers, merged)
+        return cached[1]
+
+    def retry_policy(self, config: OrchestratorConfig) -> RetryPolicy:
+        """The global retry policy of ``config`` with the capability's ``retry:``
+        overrides (a step's own overrides go on top of this)."""
+        cached = self._policy
+        if cached is None or cached[0] is not config:
+            cap = self.capability
+            policy = RetryPolicy.for_call(
+                config, (cap.retry, f"capability {cap.key!r} retry overrides"))
+            self._policy = cached = (config, policy)
+        return cached[1]
+
+
 def _unquoted_if_secret(message: str, path: Any, instance: Any) -> str:
     """``message`` with the offending value masked when a field on its path has a
     secret's name (``'hunter2...' is too long`` quotes the password itself)."""
@@ -173,10 +181,24 @@ def _unquoted_if_secret(message: str, path: Any, instance: Any) -> str:
 
 
 class CapabilityCache:
-    """Prepared capabilities by key; shared by every run of one orchestrator."""
+    """Prepared capabilities by key (and other schemas by their text); shared by every run
+    of one orchestrator."""
+
+    _MAX_SCHEMAS = 256
 
     def __init__(self) -> None:
         self._prepared: dict[str, PreparedCapability] = {}
+        self._schemas: dict[str, PreparedSchema] = {}
+
+    def for_schema(self, schema: dict[str, Any]) -> PreparedSchema:
+        """``schema`` prepared (a workflow's inputs), made once per distinct schema."""
+        key = json.dumps(schema, sort_keys=True, default=str)
+        found = self._schemas.get(key)
+        if found is None:
+            if len(self._schemas) >= self._MAX_SCHEMAS:
+                self._schemas.clear()
+            found = self._schemas[key] = PreparedSchema(schema)
+        return found
 
     def get(self, capability: Capability) -> PreparedCapability:
         prepared = self._prepared.get(capability.key)

@@ -6,12 +6,14 @@ as a ``BUDGET_EXCEEDED`` error from the engine.
 
 It fixes what the call carries besides the parameters — the trace context, an
 idempotency key when the capability declares a header for one — and how long it may
-take: the capability's timeout (or ``tool_timeout_s``), cut to what remains of the step's
-deadline. The transport classifies whatever comes back into data or a
-:class:`~orchestration.protocol.StepError`; nothing raises past this stage but
-cancellation, and a :class:`~orchestration._transport.CallTrace` says how far a
-cancelled call got. A run's per-run credentials for the capability's tool are handed to
-the transport here and to nothing else (see :mod:`orchestration.credentials`).
+take: the step's own ``timeout_s`` (a workflow's), else the capability's (or
+``tool_timeout_s``), cut to what remains of the step's deadline. A change of the tool's
+circuit breaker the call caused becomes a ``circuit_changed`` run event. The transport
+classifies whatever comes back into data or a :class:`~orchestration.protocol.StepError`;
+nothing raises past this stage but cancellation, and a
+:class:`~orchestration._transport.CallTrace` says how far a cancelled call got. A run's
+per-run credentials for the capability's tool are handed to the transport here and to
+nothing else (see :mod:`orchestration.credentials`).
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ async def send(
     if refused is not None:
         return CallResult(error=refused)
     remaining = deadline - asyncio.get_running_loop().time()
-    timeout = min(cap.timeout_s or services.config.tool_timeout_s, max(0.001, remaining))
+    limit = state.step.timeout_s or cap.timeout_s or services.config.tool_timeout_s
+    timeout = min(limit, max(0.001, remaining))
     headers: dict[str, str] = {}
     assert state.observation is not None, "the step runner observes every step it runs"
     with state.observation.call(number, layer, headers) as call:
@@ -75,4 +78,8 @@ async def send(
             assert credentials is not None
             result = credentials.scrub(result)  # a tool that echoed one back
         call.answered(result)
+    for transition in result.circuit:  # this call opened, probed or closed the breaker
+        services.events.emit("circuit_changed", step_id=state.step.id, tool=transition.tool,
+                             state=transition.after, previous=transition.before,
+                             failures=transition.failures, reason=transition.reason)
     return result

@@ -118,6 +118,7 @@ class StepRunner:
         deadline = min(started + services.config.step_timeout_s, services.deadline)
         services.events.emit("step_started", step_id=step.id, tool=step.tool,
                              capability=step.capability)
+        state.deadline = deadline
         with services.observer.step(self.run.run_id, step, state.capability) as observation:
             state.observation = observation
             try:
@@ -336,9 +337,12 @@ class StepRunner:
                     raise AwaitApproval(prepared.params, refused.message)
                 return self._record(state, decision, "not_sent", refused, prepared,
                                     provenance=provenance), None
-            reason = approval_reason(state.capability.requires_approval, prepared.params,
-                                     self.resume.approved.get(state.step.id),
-                                     self.run.context)
+            # a workflow step's own requires_approval asks before every call; it never
+            # lifts the capability's (unconditional or a condition on the context)
+            required = (True if state.step.requires_approval
+                        else state.capability.requires_approval)
+            reason = approval_reason(required, prepared.params,
+                                     self.resume.approved.get(state.step.id), self.run.context)
             if reason is not None:
                 raise AwaitApproval(prepared.params, reason)
             blocked = self._blocked(state, prepared)

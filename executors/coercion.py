@@ -136,6 +136,12 @@ MAX_DEPTH: Final = 100
 #: bounds long, non-cyclic chains of applicators.
 MAX_SCHEMA_HOPS: Final = 32
 
+#: How many times a coerced value is coerced again, until no rule applies any more
+#: (see :meth:`Coercer.coerce`).  Two passes settle every value known to need more
+#: than one; a value still changing after this many is one the schema's parts keep
+#: pulling apart, and is returned as it was given.
+MAX_PASSES: Final = 4
+
 #: Longest Python-literal text that is decoded (after trimming).  The token
 #: scan that guards :func:`ast.literal_eval` is pure Python, so this bounds the
 #: CPU a hostile string can cost (about 10 ms at the limit); a tool parameter
@@ -240,9 +246,8 @@ class CoercionResult:
 
     value: Any
     changes: list[CoercionChange]
-    # True when the input was checked and found valid as it was: a caller that validates
-    # next (the executor's pre-flight check) can skip that second, identical check.  The
-    # returned value is then valid too (at most, integer-valued floats were made ints).
+    # True when the returned value was checked and found valid: a caller that validates
+    # next (the executor's pre-flight check) can skip that second, identical check.
     known_valid: bool = False
 
     @property
@@ -327,10 +332,36 @@ class Coercer:
     def coerce(self, value: Any) -> CoercionResult:
         """Return ``value`` coerced to the schema, with the changes made.
 
+        The result is a fixed point: coercing it again changes nothing.  One walk
+        does not always get there, since a rule applied late can give an earlier
+        part of the schema something to do (an ``allOf`` whose second branch
+        turns ``"0.0"`` into ``0.0`` after the first, ``{"type": ["integer",
+        "string"]}``, had passed the text: the float is then ``0`` for it), so
+        the coerced value is coerced again until no rule applies, at most
+        :data:`MAX_PASSES` times, and the changes of every pass are reported in
+        order.  Parts of a schema that undo each other's fixes for good
+        (``allOf`` of an enum of numbers and a string type: ``1.0`` -> ``"1.0"``
+        -> ``1`` -> ``"1"`` ...) settle, or end with the value returned as it was
+        given: no fix is then reported for a value that has none.
+
         Never raises for any value: if the walk itself ran out of stack
         (possible only when called from an already very deep stack), the value
         is returned unchanged for validation to judge.
         """
+        result = self._coerce_once(value)
+        if not result.changes:
+            return result
+        changes = list(result.changes)
+        for _ in range(MAX_PASSES - 1):
+            again = self._coerce_once(result.value)
+            if not again.changes:  # settled
+                return CoercionResult(result.value, changes, known_valid=again.known_valid)
+            changes.extend(again.changes)
+            result = again
+        return CoercionResult(value, [])
+
+    def _coerce_once(self, value: Any) -> CoercionResult:
+        """One walk of ``value`` through the schema (valid values: the fast path)."""
         changes: list[CoercionChange]
         accept = self._accept
         if (accept is not None and accept(value)) or (

@@ -112,6 +112,8 @@ class StepState:
     params: dict[str, Any] | None = None
     counters: dict[str, int] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
+    deadline: float | None = None
+    """The step's deadline in event-loop time (a wait that ends after it is pointless)."""
 
     @property
     def last_attempt(self) -> Attempt | None:

@@ -31,6 +31,7 @@ from orchestration.errors import (
     StepFailed,
     StoreError,
     ToolFailed,
+    WorkflowError,
 )
 from orchestration.events import RunEvent
 from orchestration.handle import RunHandle
@@ -61,6 +62,7 @@ from orchestration.result import (
 from orchestration.retry_policy import RetryPolicy
 from orchestration.sessions import Session
 from orchestration.state import RunState
+from orchestration.workflows import Workflow
 
 __all__ = [
     "PLAN_APPROVAL",
@@ -117,6 +119,8 @@ __all__ = [
     "ToolFailed",
     "ToolResponse",
     "ValidatedPlan",
+    "Workflow",
+    "WorkflowError",
     "__version__",
     "http_status_for_category",
     "validate_plan"

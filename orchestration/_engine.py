@@ -31,16 +31,21 @@ from executors._resume import resume_point
 from executors._step_runner import ResumePoint
 from executors.layers import default_handlers
 from executors.recovery import RecoveryHandler
+from orchestration._answers import resolve_named_outputs
+from orchestration._plan_cache import CacheKey, PlanCache
 from orchestration._synthesis import answer_run
 from orchestration._text import describe_validation_error
+from orchestration.catalog import Catalog
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import ConfigError, PlanIssue, PlanningError, PlanValidationError
 from orchestration.layer_settings import LayerSettings
-from orchestration.plan import Plan, ValidatedPlan, validate_plan
+from orchestration.plan import Plan, Step, ValidatedPlan, validate_plan
 from orchestration.result import PLAN_APPROVAL, Approval, PendingApproval, RunStatus, StepResult
 from orchestration.services import RunServices
 from orchestration.state import RunState
 from orchestration.store import StoredRun
+from orchestration.workflows import CheckedValues
+from planners._references import check_reference_paths
 from planners.planner import Planner
 from planners.replan import RepairSituation
 
@@ -117,10 +122,15 @@ class RunEngine:
         # the run deadline bounds planning and synthesis too, not only the steps
         config, clock = self.config, services.clock
         limit = f"the run deadline ({config.run_timeout_s:g}s, ORCH_RUN_TIMEOUT_S)"
-        early = self._early_steps(run, services, plan)
+        early: EarlySteps | None = None
+        cache_key: CacheKey | None = None
+        given: ValidatedPlan | Plan | dict[str, Any] | None = plan
         try:
             async with asyncio.timeout_at(services.deadline):
-                validated = await self._plan(run, services, plan, early)
+                if plan is None and run.plan is None and services.plans is not None:
+                    cache_key, given = await self._cached_plan(run, services, services.plans)
+                early = self._early_steps(run, services, given)
+                validated = await self._plan(run, services, given, early)
         except TimeoutError:
             await _stop(early, "planning did not finish before the run deadline")
             run.fail(f"planning failed: {limit} passed before a plan was ready", at=clock.time())
@@ -138,8 +148,11 @@ class RunEngine:
             raise
         if run.plan is None:
             run.plan = validated.to_dict()
+            if run.plan_source is None:
+                run.plan_source = "caller" if plan is not None else "llm"
             services.recorder.save_run(run)
-            services.events.emit("plan_ready", plan=run.plan, steps=len(validated.steps))
+            services.events.emit("plan_ready", plan=run.plan, steps=len(validated.steps),
+                                 source=run.plan_source)
         if config.approve_plans and not run.approved_plan:
             run.pending_approvals = [PendingApproval(
                 step_id=PLAN_APPROVAL, params={"plan": run.plan}, requested_at=clock.time(),
@@ -162,6 +175,12 @@ class RunEngine:
         if config.replan_max > 0 and any(s.status == "failed" for s in steps.values()):
             status = await self._replan_phase(run, services, validated)
         run.finish(status, at=clock.time())
+        if (cache_key is not None and services.plans is not None and run.plan_source == "llm"
+                and status == "succeeded" and not run.replans and run.plan is not None):
+            # only a plan that worked is reused (a failed one may be the planner's mistake)
+            await services.plans.keep(cache_key, run.plan, run_id=run.run_id, now=clock.time(),
+                                      ttl_s=config.plan_cache_ttl_s)
+        resolve_named_outputs(run)  # a workflow's outputs, whatever the answer strategy
         if run.budget_exceeded is not None:
             run.warn(f"answer synthesis skipped: {run.budget_exceeded.describe()}")
         elif config.synthesis_enabled and status != "failed":
@@ -227,8 +246,34 @@ class RunEngine:
             return "succeeded"
         return run_status(run.live_steps)
 
+    async def _cached_plan(
+        self, run: RunState, services: RunServices, cache: PlanCache
+    ) -> tuple[CacheKey | None, ValidatedPlan | None]:
+        """The key of this run's plan in the plan cache, and the plan kept under it (the
+        run's plan then comes from the cache: no planning LLM call), or None.
+
+        A follow-up in a session (a run whose planner sees the session's earlier runs)
+        neither reads nor keeps a cached plan (no key): its plan answers the query *and*
+        that history ("and for next week?"), and may cite the session's own outputs
+        (``{{run:N.step}}``), so it is no plan for the query alone, and a plan made for the
+        query alone would ignore the history. The first run of a session, with no history
+        yet, is planned from its query only and uses the cache as any run does."""
+        if services.session is not None and services.session.runs:
+            services.observer.plan_cache(run.run_id, "skipped")
+            return None, None
+        model = str(getattr(services.llm.client, "model", None) or "unknown")
+        # the run's tenant (its context's): plans are never shared across tenants
+        key = cache.key(run.query, services.catalog, model,
+                        self.planner.prompt_version(services.config), tenant=run.tenant)
+        hit = await cache.lookup(key, services.catalog, services.config, run_id=run.run_id,
+                                 now=services.clock.time())
+        if hit is not None:
+            run.plan_source = "cache"
+        return key, hit
+
     def _early_steps(
-        self, run: RunState, services: RunServices, plan: Plan | dict[str, Any] | None
+        self, run: RunState, services: RunServices,
+        plan: ValidatedPlan | Plan | dict[str, Any] | None,
     ) -> EarlySteps | None:
         """What starts steps while the plan streams, when this run's plan is streamed: a
         new plan (not the caller's, not a resumed run's), ``ORCH_STREAM_PLAN`` on, no
@@ -241,11 +286,13 @@ class RunEngine:
         return EarlySteps(self.executor, run, services)
 
     async def _plan(
-        self, run: RunState, services: RunServices, plan: Plan | dict[str, Any] | None,
-        early: EarlySteps | None = None,
+        self, run: RunState, services: RunServices,
+        plan: ValidatedPlan | Plan | dict[str, Any] | None, early: EarlySteps | None = None,
     ) -> ValidatedPlan:
-        """The plan to execute: the run's own (a resumed run), the caller's, or a new one
-        (streamed to ``early`` when given)."""
+        """The plan to execute: the run's own (a resumed run), the caller's (validated
+        already: a cached one), or a new one (streamed to ``early`` when given)."""
+        if isinstance(plan, ValidatedPlan):
+            return plan
         if run.plan is not None:  # a resumed run keeps its plan, repair steps included
             model = Plan.model_validate(run.plan)
             return validate_plan(model, services.catalog,
@@ -268,6 +315,22 @@ class RunEngine:
         """What the planner compares calls with (``RunServices.calls``): parameters bound
         and coerced exactly as this engine's step runner would."""
         return CallInspector(self.executor.capabilities, layers)
+
+    # --- what workflows are checked with (workflows.StepChecks) -----------------------------
+    def check_values(self, schema: dict[str, Any], values: dict[str, Any]) -> CheckedValues:
+        """``values`` through layer 2 coercion (when on) and validation against ``schema``,
+        as the prepare stage does a step's parameters: a workflow's inputs, and its
+        parameters against their capability before anything runs."""
+        prepared = self.executor.capabilities.for_schema(schema).prepare(
+            values, coerce=self.config.type_coercion_enabled,
+            max_depth=self.config.max_json_depth)
+        return CheckedValues(prepared.params, list(prepared.coercions),
+                             [(i.path, i.message, i.validator) for i in prepared.issues])
+
+    def reference_issues(self, steps: list[Step], catalog: Catalog) -> list[PlanIssue]:
+        """References whose path the upstream capability's output schema cannot provide
+        (the planner's check of a plan's references)."""
+        return check_reference_paths(steps, catalog)
 
     async def plan_only(self, run: RunState, services: RunServices) -> ValidatedPlan:
         """A plan for ``run.query`` without executing it."""

@@ -1,11 +1,15 @@
-"""Answer synthesis: one final LLM call that composes the answer from step outputs.
+"""Answer synthesis: compose the run's answer from its step outputs.
 
-:func:`synthesize` asks for the whole answer. :func:`synthesize_stream` streams it to a
-delta consumer as it is written (what ``answer_delta`` run events are made from); the
+:func:`answer_run` is the engine's one call. It picks the strategy — the run's own (a
+caller's ``synthesis=``, a workflow's ``answer.strategy``), else
+``ORCH_SYNTHESIS_STRATEGY``: ``llm`` is one final LLM call (this module), ``template``
+and ``raw`` need none (:mod:`orchestration._answers`).
+
+:func:`synthesize` asks the LLM for the whole answer. :func:`synthesize_stream` streams it
+to a delta consumer as it is written (what ``answer_delta`` run events are made from); the
 answer it returns is exactly the concatenation of the deltas it delivered, and a stream
 cut midway returns what arrived marked partial instead of losing it. :func:`answer_run`
-is the orchestrator's one call: it picks the variant, bounds it by the run deadline and
-records the answer and any warning in the run.
+bounds it by the run deadline and records the answer and any warning in the run.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
+from orchestration._answers import TemplateFailed, raw_answer, template_answer
 from orchestration._text import clip
 from orchestration.errors import LLMBudgetExceeded, LLMError
 from orchestration.llm.base import LLMRequest
@@ -149,6 +154,15 @@ async def answer_run(
     answer is asked for whole. Never raises for an LLM failure or the deadline: the
     run's steps stand whatever happens to its answer.
     """
+    strategy = run.answer_strategy or services.config.synthesis_strategy
+    run.answer_strategy = strategy
+    if strategy != "llm":
+        _answer_without_llm(run, services, strategy)
+        if on_delta is not None and run.answer:
+            delivered = on_delta(run.answer)  # the whole answer as its one delta
+            if inspect.isawaitable(delivered):
+                await delivered
+        return
     limit = f"the run deadline ({services.config.run_timeout_s:g}s, ORCH_RUN_TIMEOUT_S)"
     try:
         if on_delta is not None:
@@ -167,3 +181,23 @@ async def answer_run(
         run.warn(f"answer synthesis skipped: {spent}")
     except LLMError as exc:
         run.warn(f"answer synthesis failed: {exc}")
+
+
+def _answer_without_llm(run: RunState, services: RunServices, strategy: str) -> None:
+    """The ``template`` or ``raw`` answer. A template that cannot be rendered (a value it
+    uses is missing: a step failed) leaves no answer and a warning; a run with no
+    template at all is answered ``raw``, with a warning."""
+    if strategy == "template":
+        try:
+            text = template_answer(run, services.catalog)
+        except TemplateFailed as exc:
+            run.warn(f"no answer: {exc}")
+            return
+        if text is not None:
+            run.answer = text
+            return
+        run.warn("synthesis strategy 'template' found no template for this run (no "
+                 "workflow answer template, and no succeeded step's capability has an "
+                 "answer_template): the answer is the raw outputs")
+        run.answer_strategy = "raw"
+    run.answer = raw_answer(run)

@@ -38,6 +38,7 @@ from orchestration._deadlines import watchdog
 from orchestration._json import DEFAULT_MAX_DEPTH, UnreadableJSON, encode, flat_size_bound
 from orchestration._thread_calls import ThreadCall, ThreadCalls, in_tool_thread
 from orchestration.capability import Capability
+from orchestration.circuit import CircuitBreakers, CircuitTransition
 from orchestration.errors import ToolFailed
 from orchestration.logging_setup import protect_logger
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError, classify_http_response
@@ -52,12 +53,15 @@ DEFAULT_MAX_RESPONSE_BYTES = 10_000_000
 @dataclass
 class CallResult:
     """The outcome of one call: ``data`` when ``error`` is None; ``http_status`` the status
-    of an HTTP answer (success included), for the HTTP client span."""
+    of an HTTP answer (success included), for the HTTP client span; ``circuit`` the
+    changes of the tool's circuit breaker this call caused (it opened it, probed it,
+    closed it)."""
 
     data: Any = None
     error: StepError | None = None
     latency_s: float = 0.0
     http_status: int | None = None
+    circuit: tuple[CircuitTransition, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -124,7 +128,11 @@ def _without_userinfo(url: str) -> str:
 
 
 class ToolTransport:
-    """Sends capability calls. One instance per event loop (it owns an httpx pool)."""
+    """Sends capability calls. One instance per event loop (it owns an httpx pool).
+
+    ``circuits``, when given, are the tools' circuit breakers (shared by every transport
+    of the orchestrator): a call to a tool whose breaker is open is refused before
+    anything is sent, and every call's outcome is reported to its breaker."""
 
     gates_calls = True
     """This transport awaits a call's ``CallTrace.gate`` itself, at the last moment (a
@@ -137,7 +145,9 @@ class ToolTransport:
         max_connections: int = 100,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         max_json_depth: int = DEFAULT_MAX_DEPTH,
+        circuits: CircuitBreakers | None = None,
     ) -> None:
+        self.circuits = circuits
         self._owns_client = http_client is None
         self._client = http_client
         self._max_connections = max_connections
@@ -147,12 +157,14 @@ class ToolTransport:
 
 
     @classmethod
-    def for_config(cls, config: OrchestratorConfig) -> ToolTransport:
+    def for_config(cls, config: OrchestratorConfig,
+                   circuits: CircuitBreakers | None = None) -> ToolTransport:
         """A pooled transport with the limits of ``config`` (pool size from
-        ``ORCH_MAX_CONCURRENCY``, ``ORCH_MAX_RESPONSE_BYTES``, ``ORCH_MAX_JSON_DEPTH``)."""
+        ``ORCH_MAX_CONCURRENCY``, ``ORCH_MAX_RESPONSE_BYTES``, ``ORCH_MAX_JSON_DEPTH``)
+        and the tools' circuit breakers."""
         return cls(max_connections=max(10, config.max_concurrency * 2),
                    max_response_bytes=config.max_response_bytes,
-                   max_json_depth=config.max_json_depth)
+                   max_json_depth=config.max_json_depth, circuits=circuits)
     def _http(self) -> httpx.AsyncClient:
         """The pooled client, created on the first HTTP call: building it (its TLS
         context above all) costs ~20 ms, wasted on runs whose tools are all in-process."""
@@ -185,23 +197,39 @@ class ToolTransport:
         ``trace`` (optional) is updated as the call progresses (see :class:`CallTrace`).
         ``credentials`` are the run's own headers for this tool: they replace the
         catalog's (an HTTP tool's headers, a source's credentials) for this call only.
+        A call the tool's circuit breaker refuses comes back at once as a
+        ``CIRCUIT_OPEN`` error: nothing was sent, the gate was not run.
         """
         started = time.perf_counter()
         trace = trace if trace is not None else CallTrace()
-        if capability.invoker is not None:
-            # the source sends it: once past the gate, assume it may reach the tool
-            refused = await trace.pass_gate()
-            result = (CallResult(error=refused) if refused is not None else
-                      await self._call_invoker(capability, params, timeout_s, headers or {},
-                                               credentials))
-        elif capability.function is not None:
-            result = await self._call_function(capability, params, timeout_s, trace)
-        else:
-            sent = headers or {}
-            if credentials:
-                sent = {**_without(capability.headers, credentials), **sent, **credentials}
-            result = await self._call_http(capability, params, timeout_s, sent, trace,
-                                           own_headers=not credentials)
+        circuits = self.circuits
+        permit = None
+        if circuits is not None:
+            admitted = circuits.admit(capability)
+            if isinstance(admitted, StepError):
+                return CallResult(error=admitted, latency_s=time.perf_counter() - started)
+            permit = admitted
+        try:
+            if capability.invoker is not None:
+                # the source sends it: once past the gate, assume it may reach the tool
+                refused = await trace.pass_gate()
+                result = (CallResult(error=refused) if refused is not None else
+                          await self._call_invoker(capability, params, timeout_s,
+                                                   headers or {}, credentials))
+            elif capability.function is not None:
+                result = await self._call_function(capability, params, timeout_s, trace)
+            else:
+                sent = headers or {}
+                if credentials:
+                    sent = {**_without(capability.headers, credentials), **sent, **credentials}
+                result = await self._call_http(capability, params, timeout_s, sent, trace,
+                                               own_headers=not credentials)
+        except BaseException:
+            if permit is not None:  # cancelled: no verdict on the tool, free a probe slot
+                CircuitBreakers.abandon(permit)
+            raise
+        if permit is not None:
+            result.circuit = CircuitBreakers.record(permit, result.error)
         result.latency_s = time.perf_counter() - started
         return result
 

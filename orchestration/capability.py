@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestration import _schema
 from orchestration.context import ApprovalCondition
@@ -88,6 +88,25 @@ class Capability(BaseModel):
         description="Budget: at most this many calls of this capability per run (every "
         "attempt sent counts); the next one is not sent and the run stops.",
     )
+    circuit: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Overrides of the tool's circuit breaker settings (ORCH_CIRCUIT_*), "
+        "e.g. {'failure_threshold': 3, 'cool_down_s': 10}; false turns it off.",
+    )
+    answer_template: str | None = Field(
+        None,
+        description="A Jinja template (sandboxed) that turns this capability's output into "
+        "answer text without an LLM (synthesis strategy template): it sees output, params, "
+        "step and query.",
+    )
+
+    @field_validator("circuit", mode="before")
+    @classmethod
+    def _circuit_shorthand(cls, value: Any) -> Any:
+        """``circuit: false`` (or ``true``) is short for ``{enabled: false}``."""
+        if isinstance(value, bool):
+            return {"enabled": value}
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> Capability:

@@ -16,6 +16,7 @@ nested function) cannot be written down and says so.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import inspect
 import json
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import ValidationError
 
+from orchestration._templates import template_problem
 from orchestration._text import describe_validation_error
 from orchestration.capability import (
     IDEMPOTENT_METHODS,
@@ -39,6 +41,7 @@ from orchestration.capability import (
     check_schema,
     schema_problems,
 )
+from orchestration.circuit import check_circuit_overrides
 from orchestration.context import ApprovalCondition
 from orchestration.errors import CatalogError, ConfigError
 from orchestration.layer_settings import check_layer_overrides
@@ -51,7 +54,7 @@ if TYPE_CHECKING:
 __all__ = ["IDEMPOTENT_METHODS", "Capability", "Catalog", "Invoker", "check_schema",
            "function_reference", "schema_problems"]
 
-_TOOL_DEFAULTS = ("timeout_s", "headers", "retry", "layers")
+_TOOL_DEFAULTS = ("timeout_s", "headers", "retry", "layers", "circuit")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -178,6 +181,9 @@ class Catalog:
         self._notes: dict[str, list[SourceNote]] = {}  # per source: left out or repaired
         self._runtime: SourceRuntime | None = None
         self._revision = 0
+        self._fingerprints: dict[int, str] = {}  # by revision; shared with snapshots
+        self.path: Path | None = None
+        """The file the catalog was read from (:meth:`from_file`), else None."""
 
     @property
     def revision(self) -> int:
@@ -185,6 +191,26 @@ class Catalog:
         is derived from the catalog (the redactor's known secrets) can tell it is out of
         date."""
         return self._revision
+
+    @property
+    def fingerprint(self) -> str:
+        """A digest of what the catalog offers — every capability's definition and every
+        tool's description — the same in every process that loads the same catalog, and
+        different as soon as any of it changes. What is derived from a catalog and kept
+        across processes says which catalog it was made for with it (a cached plan, a
+        workflow's check); computed once per :attr:`revision`."""
+        revision = self._revision
+        found = self._fingerprints.get(revision)
+        if found is None:
+            with self._lock:
+                caps = sorted(self._caps.values(), key=lambda c: (c.tool, c.name))
+                tools = dict(sorted(self._tool_descriptions.items()))
+            body = {"tools": tools, "capabilities": [
+                cap.model_dump(mode="json", exclude={"function", "invoker"}) for cap in caps]}
+            text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+            found = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+            self._fingerprints[revision] = found
+        return found
 
     # --- building -----------------------------------------------------------------
     def add(
@@ -204,11 +230,16 @@ class Catalog:
         if capability.output_schema is not None and not schemas_checked:
             problems += schema_problems(capability.output_schema, name, "output_schema")
         for check, overrides in ((check_overrides, capability.retry),
-                                 (check_layer_overrides, capability.layers)):
+                                 (check_layer_overrides, capability.layers),
+                                 (check_circuit_overrides, capability.circuit)):
             try:
                 check(overrides, source=name)
             except ConfigError as exc:
                 problems.append(str(exc))
+        if capability.answer_template is not None:
+            problem = template_problem(capability.answer_template)
+            if problem is not None:
+                problems.append(f"{name}: answer_template: {problem}")
         if problems:
             raise CatalogError.of(problems, where or "catalog")
         with self._lock:
@@ -376,7 +407,9 @@ class Catalog:
                                f"{exc.msg}") from exc
         except yaml.YAMLError as exc:
             raise CatalogError(_yaml_error(p, exc)) from exc
-        return cls.from_dict(data or {}, source=str(p), base_dir=p.parent, origin=f"file:{p}")
+        catalog = cls.from_dict(data or {}, source=str(p), base_dir=p.parent, origin=f"file:{p}")
+        catalog.path = p
+        return catalog
 
     @classmethod
     def discover(cls, *base_urls: str, timeout_s: float = 5.0,
@@ -533,6 +566,10 @@ class Catalog:
         with self._lock:
             snap._caps = dict(self._caps)
             snap._tool_descriptions = dict(self._tool_descriptions)
+            # the snapshot is this revision: it shares the fingerprints worked out for it
+            snap._revision = self._revision
+            snap._fingerprints = self._fingerprints
+        snap.path = self.path
         return snap
 
     async def aclose(self) -> None:
@@ -762,8 +799,12 @@ def _capability_fields(
     """A capability entry of a catalog file as :class:`Capability` fields: tool defaults
     merged in, the URL built and expanded, a ``function`` reference imported."""
     label = f"{where}: capability {raw['name']!r}"
+    defaults = {k: ({"enabled": v} if k == "circuit" and isinstance(v, bool) else v)
+                for k, v in defaults.items()}
+    raw = {k: ({"enabled": v} if k == "circuit" and isinstance(v, bool) else v)
+           for k, v in raw.items()}
     fields = {**defaults, **{k: v for k, v in raw.items() if k != "path"}}
-    for key in ("retry", "layers", "headers"):
+    for key in ("retry", "layers", "headers", "circuit"):
         if isinstance(defaults.get(key), Mapping) and isinstance(raw.get(key), Mapping):
             fields[key] = {**defaults[key], **raw[key]}
     if "function" in fields:

@@ -51,3 +51,8 @@ class ManualClock(Clock):
         self.sleeps.append(seconds)
         self._now += max(0.0, seconds)
         await asyncio.sleep(0)
+
+    def advance(self, seconds: float) -> None:
+        """Let ``seconds`` of virtual time pass without a sleep (what waits for time —
+        a circuit breaker's cool-down — sees it passed)."""
+        self._now += max(0.0, seconds)

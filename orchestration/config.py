@@ -110,7 +110,21 @@ class OrchestratorConfig(BaseSettings):
     )
     max_plan_steps: int = Field(1000, ge=1, description="Largest plan accepted.")
     prompt_type_guidance: bool = Field(True, description="Layer 1: typed signatures in prompts.")
-    synthesis_enabled: bool = Field(True, description="Compose a final answer with the LLM.")
+    synthesis_enabled: bool = Field(True, description="Compose a final answer (off: no answer).")
+    synthesis_strategy: Literal["llm", "template", "raw"] = Field(
+        "llm", description="How the answer is composed when a run or workflow does not say: "
+        "llm (one LLM call over the step results), template (the workflow's answer "
+        "template, else each capability's answer_template; no LLM call), raw (the named "
+        "outputs, or the step outputs, as JSON; no LLM call).")
+    plan_cache: bool = Field(
+        False, description="Reuse the plan of an earlier run whose query normalises to the "
+        "same text, under the same catalog, planner model and prompt version (kept in the "
+        "run store; local backend). Only plans of runs that succeeded are kept.")
+    plan_cache_ttl_s: float = Field(
+        86400.0, gt=0, description="How long a cached plan is reused after it was made.")
+    workflows_dir: Path | None = Field(
+        None, description="Directory of saved workflows (YAML/JSON) found by name (unset: "
+        "workflows/ beside ORCH_CATALOG, else ./workflows).")
     planner_prompt_budget_chars: int = Field(
         24_000, ge=2000,
         description="Largest first planner prompt (system + user, in characters); a larger "
@@ -240,6 +254,27 @@ class OrchestratorConfig(BaseSettings):
     retry_jitter: float = Field(0.0, ge=0, le=1, description="Jitter fraction (seeded).")
     retry_seed: int = Field(0, description="Seed of the jitter, for reproducible delays.")
     retry_after_cap_s: float = Field(30.0, ge=0, description="Longest Retry-After honoured.")
+
+    # --- circuit breakers (per tool; the catalog's circuit: overrides per tool/capability) --
+    circuit_enabled: bool = Field(
+        True, description="Circuit breakers per tool: after repeated transport faults or 5xx "
+        "answers a tool's calls fail fast (CIRCUIT_OPEN, nothing sent) until a cool-down "
+        "has passed and a probe call succeeds (a catalog's circuit: false turns it off "
+        "for a tool or capability).")
+    circuit_failure_threshold: int = Field(
+        5, ge=1, description="Consecutive failures of a tool (within ORCH_CIRCUIT_WINDOW_S) "
+        "that open its breaker.")
+    circuit_window_s: float = Field(
+        60.0, gt=0, description="Failures older than this no longer count toward opening.")
+    circuit_cool_down_s: float = Field(
+        30.0, gt=0, description="How long an open breaker refuses calls before it lets a "
+        "probe call through (half-open).")
+    circuit_half_open_max_calls: int = Field(
+        1, ge=1, description="Probe calls let through at once while a breaker is half-open.")
+    circuit_max_wait_s: float = Field(
+        0.0, ge=0, description="A step that meets an open breaker waits for the end of its "
+        "cool-down (then tries again) only if that is at most this far away; 0: it fails "
+        "at once with CIRCUIT_OPEN.")
 
     # --- approvals ----------------------------------------------------------------
     approve_plans: bool = Field(

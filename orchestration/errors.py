@@ -10,6 +10,8 @@ nothing is lost when it crosses an API boundary::
     │   ├── InvalidInput               an argument of a call cannot be used: a query that
     │   │                              is not valid Unicode, a malformed run id (ValueError)
     │   ├── CatalogError               a catalog is malformed, or a tool/capability unknown
+    │   ├── WorkflowError              a saved workflow cannot be found, read, or does not
+    │   │                              fit the catalog (``problems`` lists every one)
     │   ├── StoreError                 the run store cannot be opened, read or written
     │   │   └── RunLeased              another process is executing that run right now
     │   │       └── LeaseLost          ... and took it over from this one, which stopped
@@ -74,6 +76,7 @@ __all__ = [
     "StepFailed",
     "StoreError",
     "ToolFailed",
+    "WorkflowError",
 ]
 
 
@@ -110,6 +113,21 @@ class CatalogError(DagwrightError):
             return cls(problems[0], problems)
         listed = "\n".join(f"  {n}. {p}" for n, p in enumerate(problems, 1))
         return cls(f"{source}: {len(problems)} problems in the catalog:\n{listed}", problems)
+
+
+class WorkflowError(DagwrightError):
+    """A saved workflow cannot be found or read, is malformed, or no longer fits the
+    catalog (a capability gone, parameters that no longer fit its schema).
+
+    ``problems`` lists every problem found — a workflow is checked whole — each naming
+    the step and parameter; ``path`` is the workflow's file, when it has one.
+    """
+
+    def __init__(self, message: str, problems: list[str] | None = None, *,
+                 path: str | None = None) -> None:
+        self.problems = list(problems) if problems else [message]
+        self.path = path
+        super().__init__(message)
 
 
 class StoreError(DagwrightError):

@@ -7,13 +7,17 @@ resumed run continuing where it stopped) and a timestamp; ``type`` says what hap
 =====================  ===========================================================
 type                   data
 =====================  ===========================================================
-``plan_ready``         ``plan`` (the validated plan), ``steps`` (count)
+``plan_ready``         ``plan`` (the validated plan), ``steps`` (count), ``source``
+                       (``llm``, ``cache``, ``caller``, ``workflow``)
 ``plan_discarded``     ``reason``, ``steps`` (ids started while a plan streamed whose
                        results were dropped: that plan answer was not accepted)
 ``step_started``       ``step_id``, ``tool``, ``capability``
 ``attempt_finished``   ``step_id``, ``attempt``, ``layer``, ``outcome``, ``error_code``
 ``step_finished``      ``step_id``, ``status``, ``attempts``, ``duration_s``
 ``approval_required``  ``step_id``, ``tool``, ``capability``, ``params``, ``reason``
+``circuit_changed``    ``step_id``, ``tool``, ``state`` (``open``, ``half_open``,
+                       ``closed``), ``previous``, ``failures``, ``reason``: this
+                       step's call changed the tool's circuit breaker
 ``answer_delta``       ``text`` (a piece of the answer as the model streams it)
 ``run_finished``       ``status``, ``error``
 =====================  ===========================================================
@@ -32,10 +36,11 @@ from pydantic import BaseModel, Field
 __all__ = ["EVENT_TYPES", "EventType", "RunEvent"]
 
 EventType = Literal["plan_ready", "plan_discarded", "step_started", "attempt_finished",
-                    "step_finished", "approval_required", "answer_delta", "run_finished"]
+                    "step_finished", "approval_required", "circuit_changed", "answer_delta",
+                    "run_finished"]
 EVENT_TYPES: tuple[str, ...] = ("plan_ready", "plan_discarded", "step_started",
                                 "attempt_finished", "step_finished", "approval_required",
-                                "answer_delta", "run_finished")
+                                "circuit_changed", "answer_delta", "run_finished")
 
 
 class RunEvent(BaseModel):

@@ -35,13 +35,16 @@ from orchestration._facade.inputs import (
     check_inputs,
     check_query,
     check_run_id,
+    check_synthesis,
 )
 from orchestration._facade.local_runs import LocalRuns
 from orchestration._facade.loop_resources import TransportLayer, TransportPool, run_on_new_loop
 from orchestration._facade.resume import resume
 from orchestration._facade.store_access import RunStoreAccess
 from orchestration._facade.temporal import TemporalBackend, llm_for
+from orchestration._facade.workflows import FacadeWorkflows, WorkflowRef
 from orchestration.catalog import Catalog
+from orchestration.circuit import CircuitBreakers
 from orchestration.clock import Clock
 from orchestration.config import OrchestratorConfig
 from orchestration.context import RunContext
@@ -54,11 +57,13 @@ from orchestration.layer_settings import LayerSettings
 from orchestration.llm.base import LLMClient
 from orchestration.plan import Plan, ValidatedPlan
 from orchestration.redaction import Redactor
-from orchestration.result import Approval, RunLimits, RunResult
+from orchestration.result import Approval, RunLimits, RunResult, SynthesisStrategy
 from orchestration.sessions import Session
+from orchestration.state import RunSetup
 from orchestration.store import RunStore, RunSummary, open_store
 from orchestration.telemetry import Telemetry
 from orchestration.telemetry._observer import Observer
+from orchestration.workflows import Workflow, WorkflowEntry
 from planners.planner import Planner
 
 __all__ = ["RUN_ID_PATTERN", "Orchestrator", "run_status"]
@@ -118,11 +123,15 @@ class Orchestrator:
         self.executor = self.engine.executor
         self.store: RunStore = store if store is not None else open_store(self.config.store_url)
         # the parts behind the facade read what they use of it from it (FacadeParts)
+        self.circuits = CircuitBreakers(self.config, clock=self.clock,
+                                        listener=self.observer.circuit_changed)
+        """The tools' circuit breakers, shared by every run of this orchestrator."""
         self._stores = RunStoreAccess(self)
-        self._transports = TransportPool(transport_layer)
+        self._transports = TransportPool(transport_layer, self.circuits)
         self._temporal = TemporalBackend(self)
         self._local = LocalRuns(self, self._stores, self._transports)
         self._history = RunHistory(self, self._local, self._temporal)
+        self._workflows = FacadeWorkflows(self)
 
     @classmethod
     def from_env(
@@ -152,11 +161,13 @@ class Orchestrator:
         credentials: Credentials | None = None,
         session_id: str | None = None,
         limits: LimitsArg = None,
+        synthesis: SynthesisStrategy | None = None,
     ) -> RunResult:
         """Synchronous :meth:`arun` for code without an event loop."""
         return self._sync("run", lambda: self.arun(
             query, plan=plan, run_id=run_id, on_event=on_event, context=context,
-            credentials=credentials, session_id=session_id, limits=limits))
+            credentials=credentials, session_id=session_id, limits=limits,
+            synthesis=synthesis))
 
     def resume(
         self,
@@ -169,6 +180,24 @@ class Orchestrator:
         """Synchronous :meth:`aresume`."""
         return self._sync("resume", lambda: self.aresume(
             run_id, approvals=approvals, on_event=on_event, credentials=credentials))
+
+    def run_workflow(
+        self,
+        workflow: WorkflowRef,
+        inputs: dict[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+        on_event: EventCallback | None = None,
+        synthesis: SynthesisStrategy | None = None,
+        context: ContextArg = None,
+        credentials: Credentials | None = None,
+        session_id: str | None = None,
+        limits: LimitsArg = None,
+    ) -> RunResult:
+        """Synchronous :meth:`arun_workflow`."""
+        return self._sync("run_workflow", lambda: self.arun_workflow(
+            workflow, inputs, run_id=run_id, on_event=on_event, synthesis=synthesis,
+            context=context, credentials=credentials, session_id=session_id, limits=limits))
 
     def get_run(self, run_id: str) -> RunResult | None:
         """Synchronous :meth:`aget_run`."""
@@ -213,6 +242,7 @@ class Orchestrator:
         credentials: Credentials | None = None,
         session_id: str | None = None,
         limits: LimitsArg = None,
+        synthesis: SynthesisStrategy | None = None,
     ) -> RunResult:
         """Plan ``query`` (or use the given ``plan``), execute it, synthesise the answer.
 
@@ -220,7 +250,9 @@ class Orchestrator:
         run with that id is returned as stored, without running anything; an interrupted
         one is resumed (see :meth:`aresume`). ``on_event`` receives every
         :class:`~orchestration.events.RunEvent` in order (sync or async; one that raises
-        is logged once and gets no more events, the run goes on).
+        is logged once and gets no more events, the run goes on). ``synthesis`` chooses
+        how this run's answer is composed (``llm``, ``template``, ``raw``; default
+        ``ORCH_SYNTHESIS_STRATEGY``).
 
         Runs in context (docs/context.md): ``context`` says who the run is for (a
         mapping or a :class:`~orchestration.context.RunContext`: ``tenant``, ``user``,
@@ -240,18 +272,94 @@ class Orchestrator:
         check_query(query)
         self._temporal.refuse_credentials(credentials)
         inputs = self._inputs(context, credentials, session_id, limits)
+        setup = RunSetup(answer_strategy=check_synthesis(synthesis))
         if self._temporal.enabled:
             if run_id is not None:
                 check_run_id(run_id)
             return await self._temporal.runs().run(query, plan=plan, run_id=run_id,
-                                                   on_event=on_event, inputs=inputs)
+                                                   on_event=on_event, inputs=inputs,
+                                                   setup=setup)
         return await self._local.start_new(query, plan=plan, run_id=run_id, on_event=on_event,
-                                           inputs=inputs)
+                                           inputs=inputs, setup=setup)
 
     def _inputs(self, context: ContextArg, credentials: Credentials | None,
                 session_id: str | None, limits: LimitsArg) -> RunInputs:
         return check_inputs(self.catalog, context=context, credentials=credentials,
                             session_id=session_id, limits=limits)
+
+    async def arun_workflow(
+        self,
+        workflow: WorkflowRef,
+        inputs: dict[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+        on_event: EventCallback | None = None,
+        synthesis: SynthesisStrategy | None = None,
+        context: ContextArg = None,
+        credentials: Credentials | None = None,
+        session_id: str | None = None,
+        limits: LimitsArg = None,
+    ) -> RunResult:
+        """Run a saved workflow with ``inputs``: no planning (and no planning LLM call);
+        every defense layer and the resilience policy apply to its steps.
+
+        ``workflow`` is a :class:`~orchestration.workflows.Workflow`, the path of its file,
+        or its name in the workflows directory (``ORCH_WORKFLOWS_DIR``, else
+        ``workflows/`` beside the catalog). It is checked against the catalog first, and
+        the inputs are validated (layer 2 coercion, then their schemas) and bound into its
+        steps; what does not fit raises :class:`~orchestration.errors.WorkflowError` or
+        :class:`~orchestration.errors.InvalidInput`, naming every problem, before
+        anything is recorded or sent. The result's ``workflow`` holds the inputs and the
+        named outputs; its answer follows ``synthesis``, else the workflow's ``answer``,
+        else ``ORCH_SYNTHESIS_STRATEGY``. ``run_id`` and ``on_event`` as in :meth:`arun`;
+        so are ``context``, ``credentials`` and ``limits`` (who the run is for, its own
+        headers for the tools, its budgets) and ``session_id`` (the run joins the session:
+        it is numbered in it, and later runs of the session may use its outputs).
+        """
+        self._temporal.refuse_credentials(credentials)
+        given = self._inputs(context, credentials, session_id, limits)
+        call = self._workflows.call(workflow, inputs, check_synthesis(synthesis))
+        if self._temporal.enabled:
+            if run_id is not None:
+                check_run_id(run_id)
+            return await self._temporal.runs().run(call.query, plan=call.plan, run_id=run_id,
+                                                   on_event=on_event, inputs=given,
+                                                   setup=call.setup)
+        return await self._local.start_new(call.query, plan=call.plan, run_id=run_id,
+                                           on_event=on_event, inputs=given, setup=call.setup)
+
+    async def astart_workflow(
+        self,
+        workflow: WorkflowRef,
+        inputs: dict[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+        on_event: EventCallback | None = None,
+        synthesis: SynthesisStrategy | None = None,
+        context: ContextArg = None,
+        credentials: Credentials | None = None,
+        session_id: str | None = None,
+        limits: LimitsArg = None,
+    ) -> RunHandle:
+        """Start :meth:`arun_workflow` in the background (as :meth:`astart` does a query);
+        what the workflow or its inputs do not fit raises here, before anything runs."""
+        self._temporal.refuse("astart_workflow")
+        given = self._inputs(context, credentials, session_id, limits)
+        call = self._workflows.call(workflow, inputs, check_synthesis(synthesis))
+        return await self._local.start_in_background(lambda started: self._local.start_new(
+            call.query, plan=call.plan, run_id=run_id, on_event=on_event, started=started,
+            inputs=given, setup=call.setup))
+
+    def load_workflow(self, workflow: WorkflowRef) -> Workflow:
+        """The workflow (by name, path, or as given), checked against the catalog as it is
+        now: :class:`~orchestration.errors.WorkflowError` lists every problem, with the
+        catalog's revision."""
+        return self._workflows.load(workflow)
+
+    def list_workflows(self) -> list[WorkflowEntry]:
+        """Every workflow file of the workflows directory, each with the problems that keep
+        it from running (none: it fits the catalog)."""
+        return self._workflows.entries()
 
     async def astart(
         self,
@@ -264,6 +372,7 @@ class Orchestrator:
         credentials: Credentials | None = None,
         session_id: str | None = None,
         limits: LimitsArg = None,
+        synthesis: SynthesisStrategy | None = None,
     ) -> RunHandle:
         """Start :meth:`arun` in the background; return once the run is recorded and held
         by this process (so :meth:`aget_run` finds it), while it goes on. ``context``,
@@ -279,9 +388,10 @@ class Orchestrator:
         self._temporal.refuse("astart")
         check_query(query)
         inputs = self._inputs(context, credentials, session_id, limits)
+        setup = RunSetup(answer_strategy=check_synthesis(synthesis))
         return await self._local.start_in_background(lambda started: self._local.start_new(
             query, plan=plan, run_id=run_id, on_event=on_event, started=started,
-            inputs=inputs))
+            inputs=inputs, setup=setup))
 
     async def astart_resume(
         self,
@@ -313,8 +423,10 @@ class Orchestrator:
         credentials: Credentials | None = None,
         session_id: str | None = None,
         limits: LimitsArg = None,
+        synthesis: SynthesisStrategy | None = None,
     ) -> AsyncIterator[RunEvent]:
-        """Run ``query`` and yield its events as they happen, ``run_finished`` last.
+        """Run ``query`` and yield its events as they happen, ``run_finished`` last; the
+        keyword arguments as for :meth:`arun`.
 
         Leaving the iteration early cancels the run (it stays resumable).
         """
@@ -322,7 +434,7 @@ class Orchestrator:
         task = asyncio.get_running_loop().create_task(
             self.arun(query, plan=plan, run_id=run_id, on_event=queue.put_nowait,
                       context=context, credentials=credentials, session_id=session_id,
-                      limits=limits))
+                      limits=limits, synthesis=synthesis))
         task.add_done_callback(lambda _: queue.put_nowait(None))
         try:
             while (event := await queue.get()) is not None:

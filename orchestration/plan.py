@@ -168,6 +168,16 @@ class Step(BaseModel):
         description="Per-call overrides of the retry policy (most specific wins over the "
         "capability's and the global settings), e.g. {'max_attempts': 5}.",
     )
+    timeout_s: float | None = Field(
+        default=None, gt=0,
+        description="Timeout of each call of this step, instead of the capability's "
+        "(still cut to the step's deadline).",
+    )
+    requires_approval: bool | None = Field(
+        default=None,
+        description="True: a person approves this step's call before it is sent, even if "
+        "its capability does not ask for it (a step cannot waive a capability's approval).",
+    )
 
     def references(self) -> list[tuple[str, Reference]]:
         return find_references(self.params)

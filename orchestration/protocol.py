@@ -60,6 +60,7 @@ class ErrorCategory(StrEnum):
     REJECTED = "REJECTED"  # a person rejected the call, or its approval expired
     BUDGET_EXCEEDED = "BUDGET_EXCEEDED"  # a run budget refused the call; nothing was sent
     CANCELLED = "CANCELLED"  # the run was cancelled while the attempt was in flight
+    CIRCUIT_OPEN = "CIRCUIT_OPEN"  # the tool's circuit breaker is open: nothing was sent
 
 
 class ErrorSource(StrEnum):

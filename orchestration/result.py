@@ -15,9 +15,9 @@ from orchestration.protocol import ErrorCategory, StepError
 
 __all__ = [
     "PLAN_APPROVAL", "Approval", "Attempt", "AttemptOutcome", "BudgetExceeded", "BudgetKind",
-    "CoercionRecord", "Layer", "PendingApproval", "Provenance", "ProvenanceKind", "RunLimits",
-    "RunResult",
-    "RunStatus", "RunUsage", "StepResult", "StepStatus"
+    "CoercionRecord", "Layer", "PendingApproval", "PlanSource", "Provenance", "ProvenanceKind",
+    "RunLimits", "RunResult", "RunStatus", "RunUsage", "StepResult", "StepStatus",
+    "SynthesisStrategy", "WorkflowInfo"
 ]
 
 
@@ -53,6 +53,15 @@ RunStatus = Literal[
     "failed",
     "cancelled",
 ]
+
+PlanSource = Literal[
+    "llm",  # the planner wrote it for this run
+    "cache",  # the plan of an earlier run of the same query (ORCH_PLAN_CACHE)
+    "caller",  # given with plan=
+    "workflow",  # a saved workflow's steps, its inputs bound
+]
+SynthesisStrategy = Literal["llm", "template", "raw"]
+"""How a run's answer is composed: an LLM call, a template, or the outputs as JSON."""
 
 PLAN_APPROVAL = "@plan"
 """The ``step_id`` of the approval of a whole plan (``ORCH_APPROVE_PLANS``)."""
@@ -192,6 +201,21 @@ class StepResult(BaseModel):
         raise exc
 
 
+class WorkflowInfo(BaseModel):
+    """The saved workflow a run was made from: which one (name, file, ``revision`` — a
+    digest of the file's content), the inputs it ran with (validated, coerced), and its
+    named ``outputs``: ``output_refs`` as the file writes them, resolved against the
+    run's results when the run ends (an output whose step did not succeed is None, and
+    a warning says why)."""
+
+    name: str
+    path: str | None = None
+    revision: str
+    inputs: dict[str, Any] = Field(default_factory=dict)
+    output_refs: dict[str, Any] = Field(default_factory=dict)
+    outputs: dict[str, Any] = Field(default_factory=dict)
+
+
 BudgetKind = Literal["llm_calls", "tokens", "cost", "capability_calls"]
 
 
@@ -280,6 +304,9 @@ class RunResult(BaseModel):
     or no step succeeded, ``partial`` otherwise; ``awaiting_approval`` when the run paused
     for ``pending_approvals``. ``error`` explains a run-level failure. ``budget_exceeded``
     says which budget stopped the run, if one did (the run is then never ``succeeded``).
+    ``plan_source`` says where the plan came from (``cache``: no planning LLM call);
+    ``answer_strategy`` how the answer was composed; ``workflow`` the saved workflow the
+    run was made from, with its inputs and named outputs.
     """
 
     run_id: str
@@ -300,6 +327,9 @@ class RunResult(BaseModel):
     session_run: int | None = None
     """The run's number in its session: later runs refer to its outputs as
     ``{{run:N.step.path}}``."""
+    plan_source: PlanSource | None = None
+    answer_strategy: SynthesisStrategy | None = None
+    workflow: WorkflowInfo | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from orchestration._budget import RunBudget
 from orchestration._cancellation import Cancellation
 from orchestration._events import EventSink
+from orchestration._plan_cache import PlanCache
 from orchestration._transport import ToolTransport
 from orchestration.catalog import Capability, Catalog
 from orchestration.clock import Clock
@@ -72,6 +73,7 @@ class RunServices:
     or a shutdown (it stays resumable). ``credentials`` are the run's per-run
     credentials (handed only to the transport: never to anything that records);
     ``session`` the earlier runs of its session (what ``{{run:N.step}}`` binds to).
+    ``plans``: the plan cache, when ``ORCH_PLAN_CACHE`` is on (local backend).
     """
 
     catalog: Catalog
@@ -89,6 +91,7 @@ class RunServices:
     calls: CallInspector | None = None
     cancellation: Cancellation = field(default_factory=Cancellation)
     stream_answer: bool = True
+    plans: PlanCache | None = None
     credentials: RunCredentials | None = None
     session: SessionHistory | None = None
 

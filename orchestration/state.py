@@ -17,20 +17,23 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from pydantic import BaseModel, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError
 from orchestration.result import (
     BudgetExceeded,
     PendingApproval,
+    PlanSource,
     RunLimits,
     RunResult,
     RunStatus,
     RunUsage,
     StepResult,
+    SynthesisStrategy,
+    WorkflowInfo,
 )
 
-__all__ = ["RunState"]
+__all__ = ["RunSetup", "RunState"]
 
 
 class RunState(BaseModel):
@@ -77,6 +80,15 @@ class RunState(BaseModel):
     values live in the run's services, never here), so a resume can ask for them again."""
     limits: RunLimits | None = None
     """Budgets of this run that replace the configured ones (a tenant's)."""
+    plan_source: PlanSource | None = None
+    """Where the plan came from: the planner, the plan cache, the caller, a workflow."""
+    answer_strategy: SynthesisStrategy | None = None
+    """How the answer is composed (None: ORCH_SYNTHESIS_STRATEGY); the one used, once
+    the answer is made."""
+    answer_template: str | None = None
+    """The workflow's answer template (strategy ``template``)."""
+    workflow: WorkflowInfo | None = None
+    """The saved workflow this run was made from, its inputs and named outputs."""
     started_at: float = Field(default_factory=time.time)
     finished_at: float | None = None
 
@@ -213,7 +225,8 @@ class RunState(BaseModel):
             warnings=list(self.warnings), trace_id=self.trace_id,
             pending_approvals=list(self.pending_approvals),
             budget_exceeded=self.budget_exceeded, context=self.context,
-            session=self.session, session_run=self.session_run,
+            session=self.session, session_run=self.session_run, plan_source=self.plan_source,
+            answer_strategy=self.answer_strategy, workflow=self.workflow,
         )
 
     @property
@@ -226,3 +239,21 @@ class RunState(BaseModel):
     def user(self) -> str | None:
         value = (self.context or {}).get("user")
         return value if isinstance(value, str) else None
+
+
+class RunSetup(BaseModel):
+    """What a caller decides about a new run besides its query and plan: how its answer is
+    composed, and the workflow it is made from (with where its plan comes from). Plain
+    data, so it travels to a Temporal worker with the run's request."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    plan_source: PlanSource | None = None
+    answer_strategy: SynthesisStrategy | None = None
+    answer_template: str | None = None
+    workflow: WorkflowInfo | None = None
+
+    def new_state(self, run_id: str, query: str, **fields: Any) -> RunState:
+        """A new run's state with these settings (``fields``: the rest, e.g. its start)."""
+        return RunState(run_id=run_id, query=query, **fields,
+                        **self.model_dump(exclude_none=True))

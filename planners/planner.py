@@ -34,11 +34,16 @@ stopped and thrown away.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Callable
 from contextlib import aclosing
+from dataclasses import fields
 from typing import Any, TypeVar
 
+from orchestration._version import __version__
+from orchestration.config import OrchestratorConfig
 from orchestration.errors import (
     LLMError,
     LLMErrorKind,
@@ -74,6 +79,11 @@ from planners.signatures import SignatureRenderer
 __all__ = ["Planner"]
 
 T = TypeVar("T")
+
+_PROMPT_SETTINGS = ("prompt_type_guidance", "llm_structured_output", "planner_prompt_budget_chars",
+                    "planner_max_capabilities", "planner_catalog_requests", "max_plan_steps",
+                    "embeddings_model", "max_prompt_value_chars")
+"""The settings that change what a plan prompt says (see :meth:`Planner.prompt_version`)."""
 
 _TRANSIENT = frozenset({LLMErrorKind.RATE_LIMIT, LLMErrorKind.TIMEOUT, LLMErrorKind.CONNECTION,
                         LLMErrorKind.SERVER})
@@ -120,6 +130,24 @@ class Planner:
         self._semantic: tuple[tuple[Any, ...], SemanticRanker] | None = None
 
     # --- public -----------------------------------------------------------------------
+    def prompt_version(self, config: OrchestratorConfig) -> str:
+        """A digest of everything besides the query and the catalog that shapes the plans
+        this planner writes: its templates, how it renders signatures, its output and
+        reference checks, the settings that shape the prompt, and dagwright's version
+        (the code that fills the templates). Part of a cached plan's key: a plan written
+        under another prompt is not reused."""
+        templates = self.prompts.templates
+        body = {
+            "dagwright": __version__,
+            "templates": {f.name: getattr(templates, f.name) for f in fields(templates)},
+            "renderer": type(self.prompts.renderer).__qualname__,
+            "structured_output": self.structured_output,
+            "check_references": self.check_references,
+            "settings": {name: getattr(config, name) for name in _PROMPT_SETTINGS},
+        }
+        text = json.dumps(body, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
     def build_prompt(self, query: str, services: RunServices) -> BuiltPrompt:
         """The first plan request's messages and the catalog selection behind them."""
         return self.prompts.plan_prompt(query, services.catalog, services.config,

@@ -30,7 +30,7 @@ PACKAGE_API = {
         "RunResult", "RunState", "RunUsage", "ScriptedLLM", "Step", "StepError", "StepFailed",
         "StepResult", "StoreError", "TokenUsage", "ToolError", "ToolFailed", "ToolResponse",
         "validate_plan", "ValidatedPlan", "RunContext", "RunLimits", "Session",
-        "CredentialsRequired"
+        "CredentialsRequired", "Workflow", "WorkflowError"
     ],
     "executors": [
         "REMOVED", "Coercer", "CoercionChange", "CoercionResult", "Decision", "GiveUp", "RecoveryHandler",
@@ -47,7 +47,7 @@ PUBLIC_MODULES = [
     "executors.coercion", "executors.faults", "executors.layers", "executors.layers.resilience",
     "executors.layers.semantic_retry", "executors.layers.validation_feedback",
     "executors.recovery", "orchestration.capability", "orchestration.catalog",
-    "orchestration.cli", "orchestration.clock", "orchestration.config",
+    "orchestration.circuit", "orchestration.cli", "orchestration.clock", "orchestration.config",
     "orchestration.context", "orchestration.credentials",
     "orchestration.debug_store", "orchestration.errors", "orchestration.eval", "orchestration.events",
     "orchestration.handle",
@@ -62,7 +62,8 @@ PUBLIC_MODULES = [
     "orchestration.sources.mcp", "orchestration.sources.openapi", "orchestration.state",
     "orchestration.store", "orchestration.telemetry", "orchestration.telemetry.exporters",
     "orchestration.telemetry.metrics", "orchestration.telemetry.serving",
-    "orchestration.temporal", "planners.feedback",
+    "orchestration.temporal", "orchestration.workflows", "orchestration.workflows.model",
+    "planners.feedback",
     "planners.parsing", "planners.planner", "planners.prompt", "planners.replan",
     "planners.signatures"
 ]

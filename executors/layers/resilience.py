@@ -14,7 +14,11 @@ overloaded server is not the parameters' fault — and it decides before any LLM
   is never repeated: it would run twice at once;
 * a service error the tool reported as a structured error marked ``retryable: false`` is
   not a plain transport fault: a 503 of that kind is left to layer 4 (which may
-  re-resolve the parameters or declare it transient), any other status stops the step.
+  re-resolve the parameters or declare it transient), any other status stops the step;
+* a call the tool's circuit breaker refused (``CIRCUIT_OPEN``, nothing sent) fails the
+  step at once — that is the point of the breaker — unless the breaker lets a probe
+  through within the tool's ``max_wait_s`` (``ORCH_CIRCUIT_MAX_WAIT_S``, default 0)
+  and before the step's deadline: then it waits for that and tries again.
 
 Retries are counted per step against the step's
 :class:`~orchestration.retry_policy.RetryPolicy` (global → capability → step overrides).
@@ -23,14 +27,19 @@ What the faults mean comes from :mod:`executors.faults`.
 
 from __future__ import annotations
 
+import asyncio
+
 from executors._resend import resend_blocked
 from executors.faults import is_structured, is_structured_service_error, is_transport_fault
 from executors.recovery import Decision, GiveUp, StepState
+from orchestration.circuit import CircuitSettings
 from orchestration.protocol import ErrorCategory, StepError
 
 __all__ = ["COUNTER", "ResilienceHandler"]
 
 COUNTER = "resilience"
+_PAST_COOL_DOWN_S = 0.001
+"""Added to a wait for a breaker's cool-down, so the retry comes after it, not at it."""
 
 
 class ResilienceHandler:
@@ -51,6 +60,8 @@ class ResilienceHandler:
                 f"the tool reported {error.code} (HTTP {error.http_status}) with "
                 "retryable=false: not retried"
             )
+        if category is ErrorCategory.CIRCUIT_OPEN:
+            return self._circuit_open(state, error)
         if not is_transport_fault(error):
             return None  # input errors, binding, invalid responses: not a transport fault
         if error.details.get("still_running"):
@@ -74,6 +85,41 @@ class ResilienceHandler:
                 f"{category.value} (retry max_attempts={policy.max_attempts})"
             )
         return self._retry(state, error)
+
+    @staticmethod
+    def _circuit_open(state: StepState, error: StepError) -> Decision | GiveUp:
+        """The tool's circuit breaker refused the call (nothing was sent): fail fast,
+        unless the breaker lets a probe through within the tool's ``max_wait_s``, before
+        the step's deadline and with a retry left — then wait for it and try again."""
+        policy = state.retry_policy
+        settings = CircuitSettings.for_capability(state.services.config, state.capability)
+        used = state.count(COUNTER)
+        wait = (error.retry_after_s if error.retry_after_s is not None
+                else policy.delay(used + 1, state.retry_key))
+        why = None
+        if used >= policy.max_retries:
+            why = f"no resilience retry left (retry max_attempts={policy.max_attempts})"
+        elif wait > settings.max_wait_s:
+            why = (f"the breaker lets a call through in {wait:.1f}s, longer than a step "
+                   f"waits for it (circuit max_wait_s={settings.max_wait_s:g}, "
+                   "ORCH_CIRCUIT_MAX_WAIT_S)")
+        elif state.deadline is not None and (
+                asyncio.get_running_loop().time() + wait >= state.deadline):
+            why = f"the breaker lets a call through in {wait:.1f}s, after the step's deadline"
+        if why is not None:
+            return GiveUp(f"failed fast: the circuit breaker of tool "
+                          f"{state.capability.tool!r} is open; {why}")
+        number = state.bump(COUNTER)
+        delay = wait + _PAST_COOL_DOWN_S
+        state.report("resilience_retry", {
+            "error.category": error.category.value, "error.code": error.code,
+            "retry.delay_s": delay, "retry.attempt": number,
+            "retry.max_retries": policy.max_retries, "retry.retry_after_s": error.retry_after_s,
+        })
+        return Decision(params=dict(state.params or {}), layer="resilience", delay_s=delay,
+                        note=f"resilience retry {number}/{policy.max_retries}: waited for the "
+                             f"circuit breaker of tool {state.capability.tool!r} to let a "
+                             "probe call through")
 
     @staticmethod
     def _retry(state: StepState, error: StepError) -> Decision:

@@ -1,10 +1,11 @@
 """The checks of what a caller hands the facade before anything is recorded: the query,
-a caller-chosen run id, and the run's context, credentials, session and limits. Each
-refusal is an :class:`InvalidInput` naming what is wrong."""
+a caller-chosen run id, the run's context, credentials, session and limits, and a
+synthesis strategy. Each refusal is an :class:`InvalidInput` naming what is wrong."""
 
 from __future__ import annotations
 
 import re
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +17,7 @@ from orchestration.catalog import Catalog
 from orchestration.context import ContextValue, RunContext, check_context
 from orchestration.credentials import Credentials, check_credentials
 from orchestration.errors import InvalidInput
-from orchestration.result import RunLimits
+from orchestration.result import RunLimits, SynthesisStrategy
 from orchestration.sessions import check_session_id
 
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$"
@@ -86,3 +87,15 @@ def check_inputs(
     return RunInputs(context=check_context(context),
                      credentials=check_credentials(credentials, catalog),
                      session_id=session_id, limits=limits)
+
+
+_STRATEGIES: tuple[str, ...] = typing.get_args(SynthesisStrategy)
+
+
+def check_synthesis(strategy: str | None) -> SynthesisStrategy | None:
+    """A caller's choice of synthesis strategy, or :class:`InvalidInput` naming the ones
+    there are."""
+    if strategy is None or strategy in _STRATEGIES:
+        return strategy  # type: ignore[return-value]
+    raise InvalidInput(f"synthesis {strategy!r} is not a synthesis strategy; use one of "
+                       f"{', '.join(_STRATEGIES)}")

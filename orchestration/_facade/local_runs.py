@@ -24,6 +24,7 @@ from orchestration._facade.loop_resources import TransportPool
 from orchestration._facade.parts import FacadeParts
 from orchestration._facade.sessions import LocalSessions
 from orchestration._facade.store_access import RunStoreAccess
+from orchestration._plan_cache import PlanCache
 from orchestration.capability import Capability
 from orchestration.credentials import Credentials, RunCredentials
 from orchestration.errors import CredentialsRequired, DagwrightError, LeaseLost, StoreError
@@ -34,7 +35,7 @@ from orchestration.result import RunResult, StepResult
 from orchestration.retry_policy import RetryPolicy
 from orchestration.services import RunServices
 from orchestration.sessions import SessionHistory
-from orchestration.state import RunState
+from orchestration.state import RunSetup, RunState
 from orchestration.store import StoredRun
 from orchestration.store._recorder import RunRecorder
 
@@ -73,6 +74,7 @@ class LocalRuns:
         self._transports = transports
         self.sessions = LocalSessions(parts, stores)
         self.active: dict[str, RunHandle] = {}
+        self._plans: PlanCache | None = None
 
     # --- starting and continuing ----------------------------------------------------------
     async def start_new(
@@ -84,10 +86,12 @@ class LocalRuns:
         on_event: EventCallback | None = None,
         started: asyncio.Future[RunHandle] | None = None,
         inputs: RunInputs | None = None,
+        setup: RunSetup | None = None,
     ) -> RunResult:
         """Record a new run and execute it; a ``run_id`` already stored for this query is
         returned as it is (finished) or continued (interrupted). ``inputs``: who the run
-        is for, its credentials, session and limits (checked by the facade)."""
+        is for, its credentials, session and limits (checked by the facade); ``setup``:
+        how the new run answers, the workflow it is made from."""
         check_query(query)  # (astart comes here directly)
         inputs = inputs or RunInputs()
         await self.stores.open()
@@ -109,8 +113,9 @@ class LocalRuns:
             existing = await self.stores.as_read(run_id, run_as_read)
             if existing is not None:
                 return existing
-        run = RunState(run_id=run_id or uuid.uuid4().hex, query=query, context=inputs.context,
-                       credentials_for=sorted(inputs.credentials or {}), limits=inputs.limits)
+        run = (setup or RunSetup()).new_state(
+            run_id or uuid.uuid4().hex, query, context=inputs.context,
+            credentials_for=sorted(inputs.credentials or {}), limits=inputs.limits)
         if inputs.session_id is not None:
             run.session = inputs.session_id
             run.session_run = await self.sessions.number(inputs.session_id, run.tenant)
@@ -352,7 +357,14 @@ class LocalRuns:
             budget=budget,
             calls=parts.engine.call_inspector(parts.layers),
             credentials=credentials if credentials else None, session=session,
+            plans=self._plan_cache() if config.plan_cache else None,
         )
+
+    def _plan_cache(self) -> PlanCache:
+        """The plan cache on this orchestrator's run store (``ORCH_PLAN_CACHE``)."""
+        if self._plans is None:
+            self._plans = PlanCache(self._parts.store, self._parts.observer)
+        return self._plans
 
     def _debug_recorder(self) -> DebugRecorder | None:
         """The LLM debug store's recorder when ``ORCH_LLM_DEBUG_ENABLED`` is on."""

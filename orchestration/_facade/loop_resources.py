@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from orchestration._transport import ToolTransport
+from orchestration.circuit import CircuitBreakers
 from orchestration.config import OrchestratorConfig
 
 T = TypeVar("T")
@@ -24,17 +25,21 @@ TransportLayer = Callable[[ToolTransport], ToolTransport]
 
 class TransportPool:
     """One pooled tool transport per event loop, wrapped in ``layer`` when one is given
-    (e.g. the cassettes of ``orchestration.eval``, which record or replay every call)."""
+    (e.g. the cassettes of ``orchestration.eval``, which record or replay every call).
+    Every pooled transport reports to the same circuit breakers (a tool's breaker is the
+    orchestrator's, whatever loop calls it)."""
 
-    def __init__(self, layer: TransportLayer | None = None) -> None:
+    def __init__(self, layer: TransportLayer | None = None,
+                 circuits: CircuitBreakers | None = None) -> None:
         self._transports: dict[int, ToolTransport] = {}
         self._layer = layer
+        self.circuits = circuits
 
     def for_current_loop(self, config: OrchestratorConfig) -> ToolTransport:
         loop_id = id(asyncio.get_running_loop())
         transport = self._transports.get(loop_id)
         if transport is None:
-            transport = ToolTransport.for_config(config)
+            transport = ToolTransport.for_config(config, self.circuits)
             if self._layer is not None:
                 transport = self._layer(transport)
             self._transports[loop_id] = transport

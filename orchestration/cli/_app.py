@@ -26,6 +26,7 @@ from orchestration.cli import (
     _serve,
     _sessions,
     _tools,
+    _workflows,
 )
 from orchestration.cli._errors import next_step_for, print_error, show_warning
 from orchestration.cli._exit_codes import (
@@ -42,6 +43,7 @@ from orchestration.errors import DagwrightError, PlanningError
 COMMAND_GROUPS: tuple[ModuleType, ...] = (
     _demo,        # demo, serve-tools
     _run,         # run, plan
+    _workflows,   # workflows
     _tools,       # tools
     _config,      # config
     _runs,        # runs list|show, resume, debug

@@ -17,6 +17,7 @@ from orchestration.errors import (
     RunLeased,
     RunNotFound,
     StoreError,
+    WorkflowError,
 )
 from orchestration.eval import CassetteError, DatasetError
 from orchestration.redaction import DEFAULT_REDACTOR
@@ -62,6 +63,10 @@ def next_step_for(exc: DagwrightError) -> str:
     if isinstance(exc, CatalogError):
         return ("fix the catalog; `dagwright tools --catalog FILE` checks a catalog without "
                 "running anything (docs/troubleshooting.md)")
+    if isinstance(exc, WorkflowError):
+        return ("fix the workflow file, or save it again from a planned run (`dagwright plan "
+                "\"...\" --save FILE --force`); `dagwright workflows` checks them all "
+                "(docs/troubleshooting.md#workflows-and-tools-that-are-down)")
     if isinstance(exc, PlanningError):
         return ("check the LLM settings with `dagwright config`; to see what the LLM "
                 "answered, set ORCH_LLM_DEBUG_ENABLED=true and use `dagwright debug RUN_ID`")

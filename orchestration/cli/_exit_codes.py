@@ -14,8 +14,8 @@ EXIT_CODES: dict[int, str] = {
     EXIT_OK: "success (a run: every step succeeded)",
     EXIT_RUN_FAILED: "the run ended partial, failed or cancelled (steps failed); demo: a "
                      "scenario misbehaved; debug: no exchanges of that run",
-    EXIT_USAGE: "usage or configuration error (arguments, ORCH_* settings, the catalog); "
-                "nothing ran",
+    EXIT_USAGE: "usage or configuration error (arguments, ORCH_* settings, the catalog, a "
+                "workflow that does not fit it); nothing ran",
     EXIT_PLANNING: "planning failed: no valid plan (LLM unreachable, refused, unusable answers)",
     EXIT_BUDGET: "a budget stopped the run (LLM calls, tokens, cost, or calls of a capability)",
     EXIT_AWAITING_APPROVAL: "the run is paused, waiting for a person: `dagwright approve "

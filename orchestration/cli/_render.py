@@ -141,9 +141,17 @@ def render_result(result: RunResult, out: TextIO) -> None:
             out.write(f"      stopped: {step.error.details['gave_up']}\n")
     u = result.usage
     cost = f" | cost {u.cost:.4g}" if u.cost is not None else ""
+    source = (f" | plan: {result.plan_source}"
+              if result.plan_source not in (None, "llm") else "")
     out.write(f"  status: {result.status} | LLM calls: {u.llm_calls} "
-              f"(tokens in/out {u.input_tokens}/{u.output_tokens}){cost} | "
+              f"(tokens in/out {u.input_tokens}/{u.output_tokens}){cost}{source} | "
               f"{u.wall_time_s * 1000:.0f} ms\n")
+    if result.workflow is not None:
+        workflow = result.workflow
+        out.write(f"  workflow: {workflow.name} (revision {workflow.revision}) inputs: "
+                  f"{json.dumps(workflow.inputs, ensure_ascii=False)}\n")
+        for name, value in workflow.outputs.items():
+            out.write(f"    output {name}: {json.dumps(value, ensure_ascii=False)[:300]}\n")
     if result.status != "succeeded" and result.error:
         out.write(f"  reason: {result.error}\n")
     for warning in result.warnings:

@@ -1,12 +1,15 @@
 """``dagwright run`` and ``dagwright plan``: one query, planned (and run) with the
-configured LLM and catalog."""
+configured LLM and catalog; or a saved workflow run with its inputs (``run --workflow``),
+and a plan saved as a workflow (``plan --save``)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+from pathlib import Path
 from typing import TextIO
 
+from orchestration.cli._errors import UsageError
 from orchestration.cli._exit_codes import EXIT_OK, exit_code_of
 from orchestration.cli._kit import catalog_for, write_line
 from orchestration.cli._parser import Commands, add_verbosity
@@ -19,16 +22,29 @@ from orchestration.cli._render import (
     write_next_steps,
     write_run_data,
 )
+from orchestration.cli._save import save_workflow
 from orchestration.cli._sessions import add_context_options, context_of, credentials_of
 from orchestration.config import OrchestratorConfig
 from orchestration.events import RunEvent
 from orchestration.orchestrator import Orchestrator
 
+SYNTHESIS_CHOICES = ("llm", "template", "raw")
+
 
 def register(commands: Commands) -> None:
-    run = commands.add_parser("run", help="plan and run one query with the configured LLM")
-    run.add_argument("query")
+    run = commands.add_parser("run", help="plan and run one query with the configured LLM, "
+                              "or run a saved workflow (--workflow)")
+    run.add_argument("query", nargs="?", help="what to do (not with --workflow)")
     run.add_argument("--catalog", help="tool catalog file (default: ORCH_CATALOG)")
+    run.add_argument("--workflow", metavar="NAME",
+                     help="run a saved workflow instead of planning: its name in the workflows "
+                     "directory (ORCH_WORKFLOWS_DIR) or the path of its file")
+    run.add_argument("--input", action="append", default=[], metavar="NAME=VALUE",
+                     help="an input of the workflow (repeat for each; values are text, "
+                     "coerced to the input's type)")
+    run.add_argument("--synthesis", choices=SYNTHESIS_CHOICES,
+                     help="how the answer is composed (default: the workflow's, else "
+                     "ORCH_SYNTHESIS_STRATEGY)")
     run.add_argument("--json", action="store_true", help="print the RunResult as JSON")
     add_verbosity(run, argparse.SUPPRESS)
     run.add_argument("--metrics-port", type=int, default=None,
@@ -40,6 +56,13 @@ def register(commands: Commands) -> None:
     plan.add_argument("query")
     plan.add_argument("--catalog", help="tool catalog file (default: ORCH_CATALOG)")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.add_argument("--save", metavar="FILE",
+                      help="save the plan as a workflow (YAML, or JSON for .json): the "
+                      "query's values in it become inputs, each confirmed or renamed")
+    plan.add_argument("--name", help="the saved workflow's name (default: FILE's stem)")
+    plan.add_argument("--yes", action="store_true",
+                      help="with --save: lift every value the query holds without asking")
+    plan.add_argument("--force", action="store_true", help="with --save: replace FILE")
     plan.set_defaults(fn=cmd_plan)
 
 
@@ -47,6 +70,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     from orchestration.telemetry import serve_metrics
     from orchestration.telemetry.exporters import tracer_provider_from_config
 
+    inputs = workflow_inputs(args)
     config = OrchestratorConfig()
     catalog = catalog_for(args, config)
     progress = live_progress(args, config)
@@ -68,8 +92,14 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         orch = Orchestrator.from_env(config=config, catalog=catalog, tracer_provider=provider)
         use_redactor(out, orch.redactor)
         try:
-            result = orch.run(args.query, on_event=on_event, context=context_of(args),
-                              credentials=credentials_of(args), session_id=args.session)
+            in_context = {"context": context_of(args), "credentials": credentials_of(args),
+                          "session_id": args.session}
+            if args.workflow is not None:
+                result = orch.run_workflow(args.workflow, inputs, on_event=on_event,
+                                           synthesis=args.synthesis, **in_context)
+            else:
+                result = orch.run(args.query, on_event=on_event, synthesis=args.synthesis,
+                                  **in_context)
         finally:
             orch.close()  # MCP servers the catalog started
     finally:
@@ -91,15 +121,40 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     return exit_code_of(result)
 
 
+def workflow_inputs(args: argparse.Namespace) -> dict[str, str]:
+    """``--input NAME=VALUE`` as a mapping; a query and ``--workflow`` exclude each other."""
+    if (args.query is None) == (args.workflow is None):
+        raise UsageError("give a query, or --workflow NAME (not both)",
+                         'dagwright run "what to do" | dagwright run --workflow NAME '
+                         "--input name=value")
+    if args.input and args.workflow is None:
+        raise UsageError("--input goes with --workflow", "dagwright run --workflow NAME "
+                         "--input name=value")
+    inputs: dict[str, str] = {}
+    for item in args.input:
+        name, equals, value = item.partition("=")
+        if not equals or not name:
+            raise UsageError(f"--input {item!r} is not NAME=VALUE", "e.g. --input team=Platform")
+        if name in inputs:
+            raise UsageError(f"--input {name} is given twice", "give each input once")
+        inputs[name] = value
+    return inputs
+
+
 def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     config = OrchestratorConfig()
+    save = Path(args.save) if args.save else None
+    if save is not None and save.exists() and not args.force:
+        raise UsageError(f"{save} exists", "choose another file, or add --force to replace it")
     orch = Orchestrator.from_env(config=config, catalog=catalog_for(args, config))
     try:
         plan = asyncio.run(orch.plan(args.query))
+        if args.json:
+            write_run_data(out, plan.to_dict())
+        else:
+            render_plan(plan, out)
+        if save is not None:
+            save_workflow(orch, args, plan, save, out)
     finally:
         orch.close()
-    if args.json:
-        write_run_data(out, plan.to_dict())
-    else:
-        render_plan(plan, out)
     return EXIT_OK

@@ -13,6 +13,7 @@ from typing import Any, TextIO
 from orchestration.cli._errors import UsageError
 from orchestration.cli._kit import read_store
 from orchestration.cli._parser import Commands
+from orchestration.cli._render import write_run_data
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import DagwrightError
 from orchestration.sessions import check_session_id
@@ -101,8 +102,8 @@ def cmd_sessions_show(args: argparse.Namespace, out: TextIO) -> int:
                              + f" in {OrchestratorConfig().store_url}; a run started with "
                              "--session creates it")
     if args.json:
-        out.write(json.dumps({"session": args.session_id, "tenant": record.tenant,
-                              "runs": [r.model_dump(mode="json") for r in runs]}, indent=2) + "\n")
+        write_run_data(out, {"session": args.session_id, "tenant": record.tenant,
+                             "runs": [r.model_dump(mode="json") for r in runs]})
         return 0
     out.write(f"session {args.session_id}" + (f" (tenant {record.tenant})" if record.tenant else "")
               + f": {len(runs)} run(s)\n")

@@ -3,7 +3,9 @@
 =========================================  =============================================
 ``POST /v1/runs``                          start a run: 202 ``{run_id, status}``; with
                                            ``"wait": true`` 200 and the whole result;
-                                           ``context``, ``credentials``, ``session_id``
+                                           ``context``, ``credentials``, ``session_id``;
+                                           ``{"workflow", "inputs"}`` instead of
+                                           ``query`` runs a saved workflow (by name)
 ``GET /v1/runs?status=&limit=&tenant=``    recent runs, newest first (also ``user=``,
                                            ``session_id=``)
 ``GET /v1/runs/{run_id}``                  the ``RunResult`` JSON
@@ -25,7 +27,7 @@ is a 422 naming the field rather than a silently ignored option.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, TypeVar, get_args
+from typing import Any, Literal, TypeVar, get_args
 
 from pydantic import (
     BaseModel,
@@ -52,6 +54,7 @@ from orchestration.errors import (
     RunLeased,
     RunNotFound,
     StoreError,
+    WorkflowError,
 )
 from orchestration.handle import RunHandle
 from orchestration.orchestrator import RUN_ID_PATTERN
@@ -63,6 +66,7 @@ from orchestration.server._security import caller_tenant
 from orchestration.server._stream import FINAL_STATUSES, run_event_stream
 from orchestration.server._tenants import Tenant
 from orchestration.sessions import SESSION_ID_PATTERN, AnyEarlier
+from orchestration.workflows.model import NAME_PATTERN
 
 __all__ = ["api_routes", "read_run"]
 
@@ -75,18 +79,37 @@ CredentialsField = dict[StrictStr, dict[StrictStr, StrictStr]] | None
 
 
 class RunRequest(BaseModel):
-    """``POST /v1/runs``. ``credentials`` are sent to the tools they name for this run
-    only, and never echoed, stored or logged (docs/context.md)."""
+    """``POST /v1/runs``: a ``query`` (optionally with its ``plan``), or a saved ``workflow``
+    by name with its ``inputs``. ``credentials`` are sent to the tools they name for this
+    run only, and never echoed, stored or logged (docs/context.md)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    query: StrictStr = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    query: StrictStr | None = Field(None, min_length=1, max_length=MAX_QUERY_CHARS)
     plan: dict[str, Any] | None = None
+    workflow: StrictStr | None = Field(
+        None, pattern=NAME_PATTERN,
+        description="the name of a saved workflow in the server's workflows directory "
+        "(never a path: a client does not choose the files the server reads)")
+    inputs: dict[str, Any] | None = None
+    synthesis: Literal["llm", "template", "raw"] | None = None
     run_id: StrictStr | None = Field(None, pattern=RUN_ID_PATTERN)
     wait: StrictBool = False
     context: dict[StrictStr, StrictStr | StrictInt | StrictFloat | StrictBool] | None = None
     credentials: CredentialsField = None
     session_id: StrictStr | None = Field(None, pattern=SESSION_ID_PATTERN)
+
+    def problem(self) -> tuple[str, str] | None:
+        """The field that does not go with the others, and why."""
+        if self.query is None and self.workflow is None:
+            return "query", "give either 'query' or 'workflow' (with its 'inputs')"
+        if self.query is not None and self.workflow is not None:
+            return "workflow", "give either 'query' or 'workflow' (with its 'inputs'), not both"
+        if self.workflow is not None and self.plan is not None:
+            return "plan", "a workflow brings its own plan: 'plan' goes with 'query' only"
+        if self.workflow is None and self.inputs is not None:
+            return "inputs", "'inputs' go with 'workflow'"
+        return None
 
 
 class DecisionRequest(BaseModel):
@@ -182,6 +205,13 @@ def _context_for(request: Request, given: dict[str, Any] | None) -> dict[str, An
     return {**(given or {}), "tenant": tenant.name}
 
 
+def _input_field(exc: InvalidInput, default: str) -> str:
+    """The request field an :class:`InvalidInput` of a new run is about: its message names
+    the context or the credentials first when it is about them."""
+    message = str(exc)
+    return next((f for f in ("credentials", "context") if message.startswith(f)), default)
+
+
 def _invalid_input(exc: InvalidInput, field: str) -> ApiError:
     return ApiError(422, "invalid_request", f"{field}: {exc}",
                     details={"fields": [{"field": field, "problem": str(exc)}]})
@@ -265,8 +295,53 @@ async def _check_same_plan(manager: RunManager, run_id: str, plan: dict[str, Any
                        details={"run_id": run_id, "status": known.status})
 
 
+async def _start_workflow(request: Request, body: RunRequest) -> Response:
+    """A saved workflow by name, its inputs checked before anything runs: 404 for an
+    unknown name, 422 naming every problem for one that does not fit the catalog or
+    inputs that do not fit it."""
+    manager = _manager(request)
+    assert body.workflow is not None
+    tenant = _tenant(request)
+    context = _context_for(request, body.context)  # a tenant's token sets its tenant
+    if body.run_id is not None and tenant is not None:
+        await _check_run_id_free(manager, body.run_id, tenant)
+    try:
+        handle = await manager.start_workflow(
+            body.workflow, body.inputs, run_id=body.run_id, tenant=tenant, context=context,
+            credentials=body.credentials, session_id=body.session_id,
+            synthesis=body.synthesis)
+    except Busy as exc:
+        raise _busy(exc) from exc
+    except WorkflowError as exc:
+        found = exc.path is not None
+        raise ApiError(422 if found else 404, "invalid_workflow" if found else
+                       "workflow_not_found", str(exc),
+                       details={"workflow": body.workflow, "problems": exc.problems}) from exc
+    except InvalidInput as exc:
+        field = _input_field(exc, "inputs")
+        if field != "inputs":
+            raise _invalid_input(exc, field) from exc
+        raise ApiError(422, "invalid_inputs", str(exc), details={
+            "workflow": body.workflow,
+            "fields": [{"field": "inputs", "problem": str(exc)}]}) from exc
+    except RunLeased as exc:
+        raise ApiError(409, "run_leased", str(exc), details={"run_id": body.run_id}) from exc
+    except StoreError as exc:
+        raise _store_error(exc) from exc
+    except DagwrightError as exc:  # the run id names a run of another query
+        raise ApiError(409, "run_id_conflict", str(exc), details={"run_id": body.run_id}) from exc
+    return await _wait(handle) if body.wait else _accepted(request, handle)
+
+
 async def create_run(request: Request) -> Response:
     body = _model(RunRequest, await _json_body(request))
+    problem = body.problem()
+    if problem is not None:
+        raise ApiError(422, "invalid_request", f"invalid request: {problem[0]}: {problem[1]}",
+                       details={"fields": [{"field": problem[0], "problem": problem[1]}]})
+    if body.workflow is not None:
+        return await _start_workflow(request, body)
+    assert body.query is not None
     manager = _manager(request)
     tenant = _tenant(request)
     context = _context_for(request, body.context)
@@ -284,12 +359,12 @@ async def create_run(request: Request) -> Response:
     try:
         handle = await manager.start(body.query, plan=body.plan, run_id=body.run_id,
                                      tenant=tenant, context=context,
-                                     credentials=body.credentials, session_id=body.session_id)
+                                     credentials=body.credentials, session_id=body.session_id,
+                                     synthesis=body.synthesis)
     except Busy as exc:
         raise _busy(exc) from exc
     except InvalidInput as exc:
-        raise _invalid_input(exc, "credentials" if "credentials" in str(exc) else "context"
-                             ) from exc
+        raise _invalid_input(exc, _input_field(exc, "context")) from exc
     except RunLeased as exc:
         running = manager.orchestrator.active_run(body.run_id or "")
         if running is not None:

@@ -18,14 +18,16 @@ import asyncio
 import contextlib
 import functools
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from orchestration.credentials import Credentials
 from orchestration.errors import DagwrightError, RunLeased
 from orchestration.handle import RunHandle
 from orchestration.orchestrator import Orchestrator
-from orchestration.result import Approval
+from orchestration.result import Approval, SynthesisStrategy
 from orchestration.server._tenants import Tenant
+from orchestration.workflows import WorkflowLibrary
 
 __all__ = ["Busy", "RunManager"]
 
@@ -80,14 +82,37 @@ class RunManager:
                     run_id: str | None, tenant: Tenant | None = None,
                     context: dict[str, Any] | None = None,
                     credentials: Credentials | None = None,
-                    session_id: str | None = None) -> RunHandle:
+                    session_id: str | None = None,
+                    synthesis: SynthesisStrategy | None = None) -> RunHandle:
         """A new run (or the existing one of ``run_id``: see ``Orchestrator.astart``),
         within ``tenant``'s limits: its run slots and its runs' budgets."""
+        return await self._started(tenant, lambda: self.orchestrator.astart(
+            query, plan=plan, run_id=run_id, context=context, credentials=credentials,
+            session_id=session_id, limits=tenant.limits if tenant is not None else None,
+            synthesis=synthesis))
+
+    async def start_workflow(self, name: str, inputs: dict[str, Any] | None, *,
+                             run_id: str | None, tenant: Tenant | None = None,
+                             context: dict[str, Any] | None = None,
+                             credentials: Credentials | None = None,
+                             session_id: str | None = None,
+                             synthesis: SynthesisStrategy | None = None) -> RunHandle:
+        """A run of the saved workflow ``name`` (see ``Orchestrator.astart_workflow``),
+        looked up by name in the workflows directory only: a client never names a file.
+        Within ``tenant``'s limits, in its context, as :meth:`start`."""
+        orch = self.orchestrator
+        path = WorkflowLibrary.for_config(orch.config, orch.catalog).find(name)
+        return await self._started(tenant, lambda: orch.astart_workflow(
+            path, inputs, run_id=run_id, context=context, credentials=credentials,
+            session_id=session_id, limits=tenant.limits if tenant is not None else None,
+            synthesis=synthesis))
+
+    async def _started(self, tenant: Tenant | None,
+                       start: Callable[[], Awaitable[RunHandle]]) -> RunHandle:
+        """``start()`` in a slot of ``tenant`` taken first (freed again when it raises)."""
         self._take_slot(tenant)
         try:
-            handle = await self.orchestrator.astart(
-                query, plan=plan, run_id=run_id, context=context, credentials=credentials,
-                session_id=session_id, limits=tenant.limits if tenant is not None else None)
+            handle = await start()
         except BaseException:
             self._free_slot(tenant)
             raise

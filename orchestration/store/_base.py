@@ -23,7 +23,7 @@ that guard side effects durable at once.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
@@ -32,10 +32,12 @@ from orchestration.result import Attempt, StepResult
 from orchestration.state import RunState
 
 __all__ = [
+    "CachedPlan",
     "CallFinished",
     "CallMarker",
     "CallStarted",
     "Lease",
+    "PlanCacheStore",
     "RunStore",
     "RunSummary",
     "SaveAttempt",
@@ -47,7 +49,7 @@ __all__ = [
     "Write",
 ]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """Bumped when the stored layout changes; stores migrate older layouts on open."""
 
 
@@ -291,3 +293,36 @@ class RunStore(Protocol):
 
     async def get_payloads(self, run_id: str, keys: list[str]) -> dict[str, bytes]:
         """The values of ``keys`` kept for ``run_id`` (a key not kept is absent)."""
+
+
+# --- the plan cache (ORCH_PLAN_CACHE) --------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class CachedPlan:
+    """A validated plan kept for reuse (see ``orchestration/_plan_cache.py``): ``key`` is
+    the digest of what it is valid for (normalised query, catalog fingerprint, planner
+    model, prompt version, tenant), the other fields say the same in the clear, for
+    people reading the table. Times are wall-clock seconds (processes share the store)."""
+
+    key: str
+    plan_json: str
+    query: str
+    catalog: str
+    model: str
+    prompt_version: str
+    tenant: str | None
+    created_at: float
+    expires_at: float
+
+
+@runtime_checkable
+class PlanCacheStore(Protocol):
+    """A run store that also keeps plans (the three built-in stores do)."""
+
+    async def get_cached_plan(self, key: str, *, now: float) -> CachedPlan | None:
+        """The plan kept under ``key``, unless it expired by ``now``."""
+
+    async def put_cached_plan(self, entry: CachedPlan, *, now: float) -> None:
+        """Keep ``entry`` (replacing what ``key`` held), and drop plans expired by ``now``."""
+
+    async def clear_cached_plans(self) -> int:
+        """Drop every kept plan; how many there were."""

@@ -16,6 +16,7 @@ from orchestration.events import RunEvent
 from orchestration.result import Attempt, StepResult
 from orchestration.state import RunState
 from orchestration.store._base import (
+    CachedPlan,
     CallFinished,
     CallMarker,
     CallStarted,
@@ -56,6 +57,7 @@ class MemoryStore:
         self._runs: dict[str, _Run] = {}
         self._payloads: dict[tuple[str, str], bytes] = {}
         self._sessions: dict[tuple[str, str], SessionRecord] = {}
+        self._plans: dict[str, CachedPlan] = {}
 
     async def open(self) -> None:
         return None
@@ -201,3 +203,16 @@ class MemoryStore:
     async def get_payloads(self, run_id: str, keys: list[str]) -> dict[str, bytes]:
         return {key: self._payloads[(run_id, key)] for key in keys
                 if (run_id, key) in self._payloads}
+
+    async def get_cached_plan(self, key: str, *, now: float) -> CachedPlan | None:
+        entry = self._plans.get(key)
+        return entry if entry is not None and entry.expires_at > now else None
+
+    async def put_cached_plan(self, entry: CachedPlan, *, now: float) -> None:
+        self._plans = {k: e for k, e in self._plans.items() if e.expires_at > now}
+        self._plans[entry.key] = entry
+
+    async def clear_cached_plans(self) -> int:
+        count = len(self._plans)
+        self._plans.clear()
+        return count

@@ -41,6 +41,7 @@ from orchestration.result import Attempt, StepResult
 from orchestration.state import RunState
 from orchestration.store._base import (
     SCHEMA_VERSION,
+    CachedPlan,
     CallFinished,
     CallMarker,
     CallStarted,
@@ -60,7 +61,8 @@ __all__ = ["PostgresStore", "SqliteStore", "masked_url"]
 Statement = tuple[str, Sequence[Any]]
 
 _TABLES = ("dagwright_meta", "dagwright_runs", "dagwright_steps", "dagwright_attempts",
-           "dagwright_calls", "dagwright_events", "dagwright_payloads", "dagwright_sessions")
+           "dagwright_calls", "dagwright_events", "dagwright_payloads", "dagwright_sessions",
+           "dagwright_plan_cache")
 
 # Version 1 of the layout. A later version adds a migration step to _MIGRATIONS.
 _SCHEMA_V1 = (
@@ -116,6 +118,15 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             tenant TEXT NOT NULL, session_id TEXT NOT NULL, runs INTEGER NOT NULL,
             created_at DOUBLE PRECISION NOT NULL, updated_at DOUBLE PRECISION NOT NULL,
             PRIMARY KEY (tenant, session_id))""",
+    ),
+    5: (  # version 6: validated plans kept for reuse (ORCH_PLAN_CACHE), by key, with a TTL
+        """CREATE TABLE IF NOT EXISTS dagwright_plan_cache (
+            key TEXT PRIMARY KEY, plan TEXT NOT NULL, query TEXT NOT NULL,
+            catalog TEXT NOT NULL, model TEXT NOT NULL, prompt_version TEXT NOT NULL,
+            tenant TEXT, created_at DOUBLE PRECISION NOT NULL,
+            expires_at DOUBLE PRECISION NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS dagwright_plan_cache_expires "
+        "ON dagwright_plan_cache (expires_at)",
     ),
 }
 """Statements that bring a layout of version ``n`` to ``n + 1`` (a new store is created at
@@ -511,6 +522,31 @@ class _SQLStore(ABC):
         rows = await self._fetch(f"SELECT key, data FROM dagwright_payloads WHERE run_id = ? "
                                  f"AND key IN ({marks})", (run_id, *keys))
         return {key: base64.b64decode(data) for key, data in rows}
+
+    # --- the plan cache ---------------------------------------------------------------
+    async def get_cached_plan(self, key: str, *, now: float) -> CachedPlan | None:
+        rows = await self._fetch(
+            "SELECT plan, query, catalog, model, prompt_version, tenant, created_at, "
+            "expires_at FROM dagwright_plan_cache WHERE key = ? AND expires_at > ?", (key, now))
+        if not rows:
+            return None
+        plan, query, catalog, model, prompt, tenant, created, expires = rows[0]
+        return CachedPlan(key, plan, query, catalog, model, prompt, tenant, created, expires)
+
+    async def put_cached_plan(self, entry: CachedPlan, *, now: float) -> None:
+        await self._transaction([
+            ("DELETE FROM dagwright_plan_cache WHERE expires_at <= ?", (now,)),
+            ("INSERT INTO dagwright_plan_cache (key, plan, query, catalog, model, "
+             "prompt_version, tenant, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+             "ON CONFLICT (key) DO UPDATE SET plan = excluded.plan, "
+             "created_at = excluded.created_at, expires_at = excluded.expires_at",
+             (entry.key, entry.plan_json, entry.query, entry.catalog, entry.model,
+              entry.prompt_version, entry.tenant, entry.created_at, entry.expires_at)),
+        ])
+
+    async def clear_cached_plans(self) -> int:
+        counts, _ = await self._transaction([("DELETE FROM dagwright_plan_cache", ())])
+        return counts[0]
 
 
 class SqliteStore(_SQLStore):

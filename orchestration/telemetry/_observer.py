@@ -39,14 +39,17 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from orchestration._text import clip
 from orchestration._version import __version__
+from orchestration.circuit import CIRCUIT_STATE_VALUES
 from orchestration.context import span_attributes
 from orchestration.errors import LLMError
 from orchestration.logging_setup import enter_log_context, exit_log_context, get_logger, log_context
+from orchestration.protocol import ErrorCategory
 from orchestration.telemetry import _tracing as attr
 
 if TYPE_CHECKING:
     from orchestration._transport import CallResult
     from orchestration.capability import Capability
+    from orchestration.circuit import CircuitTransition
     from orchestration.llm.base import LLMRequest, LLMResponse
     from orchestration.plan import Step
     from orchestration.protocol import StepError
@@ -60,6 +63,7 @@ __all__ = ["FACT_LAYERS", "LAYER_EVENT_METRICS", "NullCallObservation", "NullObs
            "Observer", "PlanningObservation", "StepObservation"]
 
 log = get_logger("dagwright.run")
+circuit_log = get_logger("dagwright.circuit")
 _EVENT_TEXT_LIMIT = 500
 
 
@@ -279,6 +283,38 @@ class Observer:
         """What an answered LLM call cost, priced with the configured table."""
         self.metrics.llm_cost.labels(purpose).inc(cost)
         self.instruments.llm_cost.add(cost, {attr.PURPOSE: purpose})
+
+    # --- the plan cache -----------------------------------------------------------------
+    def plan_cache(self, run_id: str, outcome: str, *, age_s: float | None = None) -> None:
+        """A plan cache lookup (``hit``, ``miss``, ``invalid``, ``error``), a lookup not
+        made (``skipped``: a follow-up in a session) or a plan kept (``stored``):
+        ``orchestration_plan_cache_total`` by outcome, a ``plan_cache`` event
+        on the run's span, and on a hit ``dagwright.plan.source=cache`` on the span."""
+        self.metrics.plan_cache.labels(outcome).inc()
+        span = trace.get_current_span()
+        attr.add_event(span, "plan_cache", {"outcome": outcome, attr.RUN_ID: run_id,
+                                            "plan_cache.age_s": age_s})
+        if outcome == "hit":
+            span.set_attribute(attr.PLAN_SOURCE, "cache")
+
+    # --- circuit breakers -------------------------------------------------------------
+    def circuit_changed(self, transition: CircuitTransition) -> None:
+        """A tool's circuit breaker changed state (``before`` None: it was just made,
+        closed): the ``orchestration_circuit_state`` gauge, the transition counter and a
+        log line (WARNING when it opens). The span event is the call's that caused it
+        (:meth:`StepObservation._called`)."""
+        tool = transition.tool
+        self.metrics.circuit_state.labels(tool).set(CIRCUIT_STATE_VALUES[transition.after])
+        if transition.before is None:
+            return
+        self.metrics.circuit_transitions.labels(tool, transition.after).inc()
+        circuit_log.log(
+            30 if transition.after == "open" else 20,  # WARNING / INFO
+            "circuit of tool %s: %s -> %s (%s)", tool, transition.before, transition.after,
+            transition.reason,
+            extra={"tool": tool, "circuit_state": transition.after,
+                   "previous_state": transition.before, "failures": transition.failures,
+                   "cool_down_s": transition.cool_down_s})
 
 
 class RunObservation:
@@ -568,6 +604,19 @@ class StepObservation:
         if result is None:
             return
         profile = self._profile
+        for transition in result.circuit:
+            attr.add_event(self.span, f"circuit_{transition.after}", {
+                attr.TOOL: transition.tool, "circuit.previous_state": transition.before,
+                "circuit.failures": transition.failures,
+                "circuit.cool_down_s": transition.cool_down_s,
+                "circuit.reason": transition.reason})
+        error = result.error
+        if error is not None and error.category is ErrorCategory.CIRCUIT_OPEN:
+            # refused before anything was sent: an error of the step, not a call made
+            profile.error_counted(error.category.value).inc()
+            attr.add_event(self.span, "circuit_refused", {
+                attr.TOOL: self.capability.tool, "retry_after_s": error.retry_after_s})
+            return
         outcome = "succeeded" if result.error is None else "failed"
         profile.tool_call_duration.observe(result.latency_s)
         counter, otel_attrs = profile.call_counted(outcome)
@@ -803,6 +852,12 @@ class NullObserver(Observer):
         pass
 
     def llm_cost(self, purpose: str, cost: float) -> None:
+        pass
+
+    def circuit_changed(self, transition: CircuitTransition) -> None:
+        pass
+
+    def plan_cache(self, run_id: str, outcome: str, *, age_s: float | None = None) -> None:
         pass
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
 __all__ = ["Metrics"]
@@ -105,6 +105,18 @@ class Metrics:
             "orchestration_corrections_ungrounded",
             "Corrected parameter values whose source could not be verified (not sent unless "
             "grounded_corrections is off), by reason.", [*_TC, "reason"], registry=r)
+        self.plan_cache = Counter(
+            "orchestration_plan_cache",
+            "Plan cache lookups by outcome (hit, miss, invalid, error) and plans kept (stored).",
+            ["outcome"], registry=r)
+        self.circuit_state = Gauge(
+            "orchestration_circuit_state",
+            "Circuit breaker state per tool: 0 closed, 1 open, 2 half-open.", ["tool"],
+            registry=r)
+        self.circuit_transitions = Counter(
+            "orchestration_circuit_transitions",
+            "Circuit breaker state changes per tool, by the state entered.", ["tool", "state"],
+            registry=r)
         self.resilience_retries = Counter(
             "orchestration_resilience_retries",
             "Same-parameter retries after transport faults, by category.",

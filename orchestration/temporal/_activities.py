@@ -35,6 +35,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from orchestration._transport import CallResult, CallTrace, ToolTransport
 from orchestration.catalog import Catalog
+from orchestration.circuit import CircuitBreakers
 from orchestration.config import OrchestratorConfig
 from orchestration.debug_store import LLMDebugStore
 from orchestration.errors import CatalogError, DagwrightError, LLMError, LLMErrorKind
@@ -130,7 +131,10 @@ class RunActivities:
                         "of a task queue must load the same catalog",
                 source=ErrorSource.ENGINE, retryable=False, request_sent=False)))
         if self._transport is None:
-            self._transport = ToolTransport.for_config(self.config)
+            # the worker's circuit breakers: shared by every run this worker process
+            # calls tools for (each worker keeps its own)
+            self._transport = ToolTransport.for_config(self.config, CircuitBreakers(
+                self.config, listener=self.observer.circuit_changed))
         transport, params = self._transport, request["params"]
         headers: dict[str, str] = dict(request.get("headers") or {})
         run_id = request.get("run_id") or activity.info().workflow_id or ""

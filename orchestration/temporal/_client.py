@@ -47,7 +47,7 @@ from orchestration.events import RunEvent
 from orchestration.plan import Plan
 from orchestration.result import Approval, RunResult
 from orchestration.sessions import load_history
-from orchestration.state import RunState
+from orchestration.state import RunSetup, RunState
 from orchestration.store import RunStore
 from orchestration.store._recorder import snapshot
 from orchestration.temporal._payload_store import PayloadMissing, with_payload_store
@@ -90,13 +90,15 @@ class TemporalRuns:
 
     # --- running ------------------------------------------------------------------------------
     async def run(self, query: str, *, plan: Plan | dict[str, Any] | None, run_id: str | None,
-                  on_event: EventCallback | None, inputs: RunInputs | None = None) -> RunResult:
+                  on_event: EventCallback | None, inputs: RunInputs | None = None,
+                  setup: RunSetup | None = None) -> RunResult:
         """Start the run's workflow (its id is the run id), or attach to the run of that
         id; the result once it has ended or paused. ``inputs``: its context, session and
-        limits (never credentials: the facade refuses those on Temporal)."""
+        limits (never credentials: the facade refuses those on Temporal); ``setup`` goes
+        with the request (how the run answers, the workflow it is made from)."""
         run_id = run_id or uuid.uuid4().hex
         with self._answering(run_id, "starting or following the run"):
-            return await self._run(query, plan, run_id, on_event, inputs or RunInputs())
+            return await self._run(query, plan, run_id, on_event, inputs or RunInputs(), setup)
 
     async def _in_context(self, inputs: RunInputs) -> dict[str, Any]:
         """What the workflow's input carries of the run's context and session: the
@@ -119,12 +121,15 @@ class TemporalRuns:
         return payload
 
     async def _run(self, query: str, plan: Plan | dict[str, Any] | None, run_id: str,
-                   on_event: EventCallback | None, inputs: RunInputs) -> RunResult:
+                   on_event: EventCallback | None, inputs: RunInputs,
+                   setup: RunSetup | None) -> RunResult:
         client = await self.client()
         plan_payload = (plan.model_dump(mode="json", exclude_none=True) if isinstance(plan, Plan)
                         else plan)
         request = {"query": query, "plan": plan_payload, "config": config_to_payload(self.config),
                    **await self._in_context(inputs)}
+        if setup is not None:
+            request["setup"] = setup.model_dump(mode="json", exclude_none=True)
         try:
             handle: WorkflowHandle[Any, Any] = await client.start_workflow(
                 WORKFLOW, request, id=run_id, task_queue=self.config.temporal_task_queue,

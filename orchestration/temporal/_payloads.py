@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from orchestration._transport import CallResult
+from orchestration.circuit import CircuitTransition
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import LLMError, LLMErrorKind
 from orchestration.llm.base import LLMRequest, LLMResponse, TokenUsage
@@ -77,14 +78,19 @@ def config_from_payload(values: dict[str, Any]) -> OrchestratorConfig:
 # --- tool calls ---------------------------------------------------------------------------
 def call_result_to_payload(result: CallResult) -> dict[str, Any]:
     error = result.error.model_dump(mode="json") if result.error is not None else None
-    return {"data": result.data, "error": error, "latency_s": result.latency_s}
+    payload = {"data": result.data, "error": error, "latency_s": result.latency_s}
+    if result.circuit:  # the worker's breaker changed state with this call
+        payload["circuit"] = [t.to_dict() for t in result.circuit]
+    return payload
 
 
 def call_result_from_payload(payload: dict[str, Any]) -> CallResult:
     error = payload.get("error")
     return CallResult(data=payload.get("data"),
                       error=StepError.model_validate(error) if error is not None else None,
-                      latency_s=float(payload.get("latency_s") or 0.0))
+                      latency_s=float(payload.get("latency_s") or 0.0),
+                      circuit=tuple(CircuitTransition.from_dict(t)
+                                    for t in payload.get("circuit") or ()))
 
 
 # --- LLM calls ------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from orchestration.layer_settings import LayerSettings
 from orchestration.result import Approval, RunLimits
 from orchestration.services import RunServices
 from orchestration.sessions import SessionHistory
-from orchestration.state import RunState
+from orchestration.state import RunSetup, RunState
 from orchestration.temporal._context import context_for
 from orchestration.temporal._payloads import RECORD_RUN, WORKFLOW
 from orchestration.temporal._workflow_services import run_services
@@ -50,8 +50,9 @@ _RECORD_RETRY = TemporalRetryPolicy(maximum_attempts=5, initial_interval=timedel
 @workflow.defn(name=WORKFLOW, sandboxed=False)
 class RunWorkflow:
     """One dagwright run. Input: ``{"query", "plan" (or None), "config"}`` and, when
-    given, ``"context"``, ``"limits"`` and ``"session"`` (the run's number in its
-    session and the earlier runs it may build on); result: the run's
+    given, ``"context"``, ``"limits"``, ``"session"`` (the run's number in its
+    session and the earlier runs it may build on) and ``"setup"`` (how it answers, the
+    saved workflow it is made from); result: the run's
     :class:`~orchestration.state.RunState` as JSON. Never credentials."""
 
     @workflow.init
@@ -59,13 +60,13 @@ class RunWorkflow:
         info = workflow.info()
         session = request.get("session")
         self._session = SessionHistory.from_payload(session) if session else None
-        self._state = RunState(run_id=info.workflow_id, query=request["query"],
-                               started_at=workflow.now().timestamp(),
-                               context=request.get("context"),
-                               limits=RunLimits.model_validate(request["limits"])
-                               if request.get("limits") else None,
-                               session=self._session.session_id if self._session else None,
-                               session_run=self._session.number if self._session else None)
+        setup = RunSetup.model_validate(request.get("setup") or {})
+        self._state = setup.new_state(
+            info.workflow_id, request["query"], started_at=workflow.now().timestamp(),
+            context=request.get("context"),
+            limits=RunLimits.model_validate(request["limits"]) if request.get("limits") else None,
+            session=self._session.session_id if self._session else None,
+            session_run=self._session.number if self._session else None)
         self._events: list[RunEvent] = []
         self._recorded_seq = 0
         self._settled = 0

@@ -18,6 +18,7 @@ from benchmarks import (
     http_calls,
     lean_path,
     llm_sim,
+    plan_cache,
     recovery,
     scale_out,
     scheduler,
@@ -267,3 +268,17 @@ def test_selection_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     body = section(report, "selection")
     assert_preamble(body, "selection")
     assert "| corpus/plain | 1 |" in body and "| 400 |" in body
+
+
+def test_plan_cache_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Planned, cache hit, saved workflow and plan given, against the loopback server."""
+    report = tmp_path / "bench.md"
+    assert plan_cache.main(["--quick", "--report", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"planned\s+LLM calls/run 1\.0\s+median\s+[\d.]+ ms", out)
+    for name in ("plan cache hit", "saved workflow", "plan given"):
+        assert re.search(rf"{name}\s+LLM calls/run 0\.0\s+median\s+[\d.]+ ms", out), out
+    body = section(report, "plan_cache")
+    assert_preamble(body, "plan_cache")
+    assert re.search(r"\| plan cache hit \| 0 \| [\d,.]+ \| [\d,.]+ \| \d+× faster", body)
+    assert "The machine is shared with other work (load average" in body

@@ -1232,6 +1232,25 @@ def test_idempotent_with_contradictory_schema() -> None:
     assert second.changes == []
 
 
+def test_a_rule_applied_late_is_followed_through_so_the_result_is_a_fixed_point() -> None:
+    # Examples hypothesis found for test_idempotent: one walk left work for a second.
+    # The second allOf branch turns "0.0" into 0.0 after the first had passed the text;
+    # for {"type": ["integer", "string"]} the float is then 0, as for a valid 0.0.
+    coercer = Coercer({"type": "array", "items": {"allOf": [
+        {"type": ["integer", "string"]}, {"type": "number"}]}})
+    first = coercer.coerce(["0.0"])
+    assert first.value == [0] and isinstance(first.value[0], int)
+    assert [c.rule for c in first.changes] == ["string->number", "number->integer"]
+    assert first.known_valid  # checked on the last pass: the executor need not again
+    assert coercer.coerce(first.value).changes == []
+    # branches that keep undoing each other: followed until they settle
+    fighting = Coercer({"type": "array", "items": {"allOf": [
+        {"enum": [1, 2, 3]}, {"type": "string"}]}})
+    settled = fighting.coerce([1.0])
+    again = fighting.coerce(settled.value)
+    assert again.changes == [] and again.value is settled.value
+
+
 # ---------------------------------------------------------- depth and reuse
 
 

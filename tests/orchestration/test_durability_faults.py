@@ -499,7 +499,10 @@ def test_a_sqlite_store_removed_mid_run_stops_every_run_before_it_pays(
     longer existed, and every later resume said RunNotFound."""
     folder = tmp_path / "store"
     url = f"sqlite:///{folder}/runs.db"
-    orch = orchestrator(tools, url)
+    # a tool pool of 20 connections (2 x max_concurrency), so that all 20 quotes reach the
+    # tool and wait there together; with 16, four waited for a connection the held ones
+    # kept until they timed out, and the tool's circuit breaker rightly opened
+    orch = orchestrator(tools, url, max_concurrency=10)
     ends = _runs_during(tools, orch, 20, lambda: shutil.rmtree(folder))
     assert all(isinstance(e, StoreError) for e in ends), ends
     assert all("is gone" in str(e) or "removed" in str(e) for e in ends)

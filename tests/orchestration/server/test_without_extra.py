@@ -12,7 +12,7 @@ BLOCK_SERVE_EXTRA = """
 import importlib.abc, sys
 class NoServeExtra(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {"starlette", "uvicorn", "sse_starlette", "jinja2"}:
+        if name.split(".")[0] in {"starlette", "uvicorn", "sse_starlette"}:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return None
 sys.meta_path.insert(0, NoServeExtra())

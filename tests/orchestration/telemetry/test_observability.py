@@ -157,6 +157,66 @@ def run_budget_stop(tools: DemoTools, catalog: Catalog, registry: CollectorRegis
     return result
 
 
+def run_circuit_trip(tools: DemoTools, catalog: Catalog, registry: CollectorRegistry) -> RunResult:
+    """Two runs on a tool that answers 500: the first opens its breaker (threshold 1), the
+    second fails fast: the circuit metrics get data."""
+    tools["weather"].inject("/geocode", Status(500, "boom"))
+    orch = Orchestrator(catalog, ScriptedLLM([]), OrchestratorConfig(
+        synthesis_enabled=False, retry_max_attempts=1, circuit_failure_threshold=1,
+        semantic_retry_enabled=False), registry=registry, clock=ManualClock())
+    plan = {"steps": [{"id": "geo", "tool": "weather", "capability": "geocode",
+                       "params": {"location": "Paris"}}]}
+    assert orch.run("Where is Paris?", plan=plan).steps["geo"].error.code == "HTTP_500"  # type: ignore[union-attr]
+    refused = orch.run("Where is Paris?", plan=plan)
+    assert refused.steps["geo"].error.code == "CIRCUIT_OPEN"  # type: ignore[union-attr]
+    return refused
+
+
+def run_plan_cache_hit(tools: DemoTools, catalog: Catalog, registry: CollectorRegistry) -> RunResult:
+    """The same query twice with ORCH_PLAN_CACHE on: the second run's plan is the first's
+    (a miss, a plan kept, a hit): the plan cache metric gets data."""
+    plan = {"steps": [{"id": "q", "tool": "stocks", "capability": "quote",
+                       "params": {"symbol": "TSLA"}}]}
+    llm = ScriptedLLM([plan])
+    orch = Orchestrator(catalog, llm, OrchestratorConfig(
+        plan_cache=True, store_url="memory://", synthesis_enabled=False), registry=registry,
+        clock=ManualClock())
+    orch.run("Price of TSLA?")
+    again = orch.run("Price of TSLA?")
+    assert again.plan_source == "cache" and len(llm.requests) == 1
+    return again
+
+
+def test_a_breaker_that_opens_shows_in_metrics_spans_and_logs(
+    demo_tools: DemoTools, demo_catalog: Catalog, registry: CollectorRegistry,
+    spans: tuple[TracerProvider, InMemorySpanExporter], caplog: pytest.LogCaptureFixture,
+) -> None:
+    provider, exporter = spans
+    demo_tools["weather"].inject("/geocode", Status(503, "down"))
+    orch = Orchestrator(demo_catalog, ScriptedLLM([]), OrchestratorConfig(
+        synthesis_enabled=False, retry_max_attempts=1, circuit_failure_threshold=1),
+        registry=registry, clock=ManualClock(), tracer_provider=provider)
+    plan = {"steps": [{"id": "geo", "tool": "weather", "capability": "geocode",
+                       "params": {"location": "Paris"}}]}
+    with caplog.at_level(logging.INFO, logger="dagwright.circuit"):
+        orch.run("Where is Paris?", plan=plan)
+        orch.run("Where is Paris?", plan=plan)
+    assert registry.get_sample_value("orchestration_circuit_state", {"tool": "weather"}) == 1
+    assert registry.get_sample_value("orchestration_tool_errors_total", {
+        "tool": "weather", "capability": "geocode", "category": "CIRCUIT_OPEN"}) == 1
+    # the refused call was not sent: no second call counted
+    assert registry.get_sample_value("orchestration_tool_calls_total", {
+        "tool": "weather", "capability": "geocode", "outcome": "failed"}) == 1
+    steps = [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]
+    names = [[e.name for e in s.events] for s in steps]
+    assert "circuit_open" in names[0] and "circuit_refused" in names[1]
+    opened = next(e for e in steps[0].events if e.name == "circuit_open")
+    assert opened.attributes is not None and opened.attributes["circuit.previous_state"] == "closed"
+    assert [r.getMessage() for r in caplog.records if r.name == "dagwright.circuit"] == [
+        "circuit of tool weather: closed -> open (1 consecutive failures within 60s "
+        "(last: HTTP_503))"]
+
+
 # --------------------------------------------------------------------------- fixtures
 
 

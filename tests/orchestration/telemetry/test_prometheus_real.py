@@ -38,7 +38,9 @@ from tests import ROOT
 from tests.orchestration.telemetry.test_observability import (
     run_auth_failure,
     run_budget_stop,
+    run_circuit_trip,
     run_every_layer,
+    run_plan_cache_hit,
 )
 
 DASHBOARD = ROOT / "config" / "grafana" / "dagwright.json"
@@ -230,7 +232,9 @@ def test_every_panel_query_and_alert_expression_returns_data_from_a_real_prometh
         run_every_layer(demo_tools, demo_catalog, registry)
         run_auth_failure(demo_tools, demo_catalog, registry)
         run_budget_stop(demo_tools, demo_catalog, registry)
-        runs = 3 * round_number
+        run_circuit_trip(demo_tools, demo_catalog, registry)
+        run_plan_cache_hit(demo_tools, demo_catalog, registry)
+        runs = 7 * round_number
         prometheus.wait_for(f"round {round_number} scraped",
                             lambda runs=runs: prometheus.scalar("sum(orchestration_runs_total)") == runs)
     # each round was seen by its own scrape: at least two scrapes with data
@@ -384,6 +388,24 @@ def test_promtool_unit_tests_show_the_alerts_fire_when_they_should(
             "input_series": [{"series": 'orchestration_runs_total{status="succeeded"}',
                               "values": "0+5x60"}],
             "alert_rule_test": [{"eval_time": "40m", "alertname": failing, "exp_alerts": []}],
+        },
+        {   # a breaker open (then probing, then open again) for ten minutes: fires;
+            # one that closed after two minutes: quiet
+            "interval": "1m",
+            "input_series": [
+                {"series": 'orchestration_circuit_state{tool="stocks"}',
+                 "values": "0 1 1 1 2 1 1 1 2 1 1 1 1"},
+                {"series": 'orchestration_circuit_state{tool="weather"}',
+                 "values": "0 1 1 0 0 0 0 0 0 0 0 0 0"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "3m", "alertname": "DagwrightCircuitOpen", "exp_alerts": []},
+                {"eval_time": "10m", "alertname": "DagwrightCircuitOpen", "exp_alerts": [{
+                    "exp_labels": {"severity": "warning", "tool": "stocks"},
+                    "exp_annotations": _annotations(
+                        "DagwrightCircuitOpen",
+                        "The circuit breaker of tool stocks has not closed for 5 minutes")}]},
+            ],
         },
     ]
     spec = tmp_path / "alerts_test.yml"

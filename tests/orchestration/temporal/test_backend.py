@@ -353,3 +353,31 @@ def test_the_run_carries_its_settings_without_secrets_or_the_store_url() -> None
     assert "sk-secret-1" not in json.dumps(payload) and "pw@" not in json.dumps(payload)
     again = config_from_payload(payload)
     assert (again.max_concurrency, again.retry_backoff, again.llm_api_key) == (3, "linear", None)
+
+
+# --- saved workflows ---------------------------------------------------------------------------
+
+async def test_a_saved_workflow_runs_on_the_workers_with_its_inputs_and_answer(
+    temporal_worker: RunningWorker, tmp_path: Path,
+) -> None:
+    """The client reads, checks and binds the workflow; the workers run its plan with the
+    run's answer settings: no LLM call anywhere, the outputs and template answer made
+    inside the workflow."""
+    path = tmp_path / "city-weather.json"
+    path.write_text(json.dumps({
+        "name": "city-weather", "query": "weather in {{inputs.city}}",
+        "inputs": {"city": {"type": "string"}},
+        "steps": [{"id": "where", "tool": "geo", "capability": "locate",
+                   "params": {"city": "{{inputs.city}}"}},
+                  {"id": "now", "tool": "weather", "capability": "now",
+                   "params": {"lat": "{{where.lat}}", "lon": "{{where.lon}}"}}],
+        "outputs": {"temp": "{{now.temp_c}}"},
+        "answer": {"strategy": "template", "template": "{{ inputs.city }}: {{ outputs.temp }} °C"},
+    }))
+    orch = client_of(temporal_worker)
+    result = await orch.arun_workflow(path, {"city": "Oslo"}, run_id=f"wf-{uuid.uuid4().hex[:8]}")
+    assert result.status == "succeeded", result.error
+    assert result.query == "weather in Oslo" and result.plan_source == "workflow"
+    assert result.workflow is not None and result.workflow.outputs == {"temp": 21.5}
+    assert (result.answer, result.answer_strategy) == ("Oslo: 21.5 °C", "template")
+    assert temporal_worker.llm.requests == [] and result.usage.llm_calls == 0
