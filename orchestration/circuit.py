@@ -21,7 +21,9 @@ marked retryable (it says it is struggling); an answer of any other kind — a 4
 tool's input error, a structured error marked ``retryable: false`` (its considered
 answer, even with a 503), data — proves the tool is up and counts as a success. A rate
 limit (429) counts as neither (the tool is up but busy), and so does a call the engine
-itself stopped (a budget, the re-send guard, a fenced attempt).
+itself stopped (a budget, the re-send guard, a fenced attempt) or one that waited in
+vain for a free connection of this process's pool (``POOL_TIMEOUT``: nothing reached
+the tool, so it says nothing of it).
 
 Scope: one :class:`CircuitBreakers` per orchestrator (every run of it, every event loop)
 and one per ``dagwright worker`` process on the Temporal backend; a breaker is per tool
@@ -116,6 +118,8 @@ def failure_kind(error: StepError | None) -> Literal["failure", "success", "neut
         return "success"
     if error.source is ErrorSource.ENGINE or error.details.get("still_running"):
         return "neutral"  # the engine stopped the call, or refused to start it again
+    if error.code == "POOL_TIMEOUT":
+        return "neutral"  # this process had no free connection: nothing reached the tool
     category = error.category
     if category is ErrorCategory.RATE_LIMIT:
         return "neutral"

@@ -271,6 +271,8 @@ def test_one_probe_at_a_time_while_half_open() -> None:
           http_status=400), "success"),
     (dict(category=ErrorCategory.BUDGET_EXCEEDED, code="BUDGET_EXCEEDED",
           source=ErrorSource.ENGINE), "neutral"),
+    (dict(category=ErrorCategory.TIMEOUT, code="POOL_TIMEOUT", source=ErrorSource.TRANSPORT,
+          request_sent=False), "neutral"),
     (dict(category=ErrorCategory.TIMEOUT, code="TOOL_STILL_RUNNING",
           source=ErrorSource.TRANSPORT, details={"still_running": True}), "neutral"),
 ])
