@@ -134,3 +134,26 @@ def test_no_invitation_when_switched_off_or_when_everything_fits(catalog: Catalo
     # nothing was left out, so a request is just an unreadable plan
     assert [a["outcome"] for a in whole.events("plan_attempt")] == ["rejected", "accepted"]
     assert whole.events("catalog_request") == []
+
+
+def test_a_capability_listed_by_name_only_is_asked_for_and_planned_with() -> None:
+    """At the default budget a 1,200-capability catalog is named whole; the planner asks
+    for a capability it saw only by name, gets its signature, and plans with it."""
+    catalog = big_catalog(1200)
+    wanted = "inventory.archive_parcel"
+    plan = {"steps": [{"id": "a", "tool": "inventory", "capability": "archive_parcel",
+                       "params": {"parcel_id": "p1"}}]}
+    run = Conversation(catalog, [{"need": {"capabilities": [wanted]}}, plan],
+                       planner_max_capabilities=None)
+    assert run.result.status == "succeeded", run.result.error
+    first, second = run.requests
+    system = first.messages[0]["content"]
+    assert len(first.prompt_text) <= OrchestratorConfig().planner_prompt_budget_chars
+    table = system.split("Every other capability, by name only, grouped by tool:\n")[1]
+    assert wanted in table.split(", ") or any(wanted in line.split(", ")
+                                              for line in table.splitlines())
+    assert f"### {wanted}\n" not in system
+    reply = second.messages[-1]["content"]
+    assert f"### {wanted}\n" in reply and "parcel_id: string (required)" in reply
+    [event] = run.events("catalog_request")
+    assert event["dagwright.request.sent"] == wanted

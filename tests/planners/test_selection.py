@@ -19,7 +19,11 @@ from planners._ranking import CatalogIndex, tokenize
 from planners.prompt import PromptBuilder
 
 DOMAINS = ["billing", "crm", "inventory", "hr", "shipping", "support", "analytics", "calendar",
-           "storage", "mail"]
+           "storage", "mail",
+           # for catalogs above 500
+           "payroll", "legal", "marketing", "fleet", "assets", "vendors", "training",
+           "security", "procurement", "warehouse", "quality", "research", "facilities",
+           "compliance"]
 VERBS = ["create", "update", "delete", "list", "get", "archive", "export", "import", "search",
          "sync"]
 OBJECTS = ["invoice", "customer", "ticket", "employee", "parcel"]
@@ -108,9 +112,10 @@ def test_500_capabilities_fit_the_budget_and_keep_the_relevant_one(catalog500: C
     assert event["catalog.offered"] + event["catalog.omitted"] == 500
     assert event["catalog.omitted"] > 400
     names = str(event["catalog.omitted_names"]).split(",")
-    # the names left out altogether (the compact index lists the others)
-    unlisted = event["catalog.omitted"] - event["catalog.compact"]
-    assert event["catalog.compact"] > 0
+    # the names left out altogether (the compact index and the names-only table list
+    # the others)
+    unlisted = event["catalog.omitted"] - event["catalog.compact"] - event["catalog.names"]
+    assert event["catalog.compact"] > 0 and event["catalog.names"] > 0
     assert len(names) == 51 and names[-1] == f"… (+{unlisted - 50})"
     assert f"({event['catalog.omitted']} other capabilities exist but are not shown in full" in run.system
     assert event["prompt.chars"] == len(run.request.prompt_text)
@@ -175,15 +180,49 @@ def test_ranking_prefers_rare_matching_terms_and_splits_identifiers() -> None:
 
 def test_what_does_not_fit_in_full_is_listed_by_name_within_the_budget(
         catalog500: Catalog) -> None:
+    # 500 names take ~11,000 characters: more than a 12,000 budget can give them, so the
+    # next best get a compact line and the best after those their name only
     run = Run(catalog500, planner_prompt_budget_chars=12_000)
     assert len(run.request.prompt_text) <= 12_000
     compact = re.findall(r"^- ([a-z_]+\.[a-z_]+): (.+)$", run.system, re.M)
     event = run.selection_event()
-    assert len(compact) == event["catalog.compact"] >= 10
+    assert len(compact) == event["catalog.compact"] >= 5
     for key, line in compact:
         assert f"### {key}\n" not in run.system  # listed once: by name, not in full too
         assert len(line) <= 110
+    table = run.system.split("Other capabilities, by name only, grouped by tool:\n")[1]
+    names = re.findall(r"\b([a-z_]+\.[a-z_]+)(?:, |\n)", table.split("\n(")[0] + "\n")
+    assert len(names) == event["catalog.names"] >= 100
+    listed = {k for k, _ in compact} | set(names)
+    assert len(listed) == len(compact) + len(names)  # each listed once
+    assert not any(f"### {k}\n" in run.system for k in names)
+    unlisted = 500 - event["catalog.offered"] - len(listed)
+    assert unlisted > 0 and f"({unlisted} more are not listed: ask with a search text.)" in run.system
     assert "2 more time(s)" in run.system  # and the planner is told it may ask for them
+
+
+def test_every_name_is_listed_when_the_names_fit() -> None:
+    """A catalog whose names fit in the budget is named whole: full signatures for the
+    best ranked, every other capability by name, grouped by tool, none twice."""
+    catalog = big_catalog(500)
+    run = Run(catalog, planner_prompt_budget_chars=24_000)
+    assert len(run.request.prompt_text) <= 24_000
+    system = run.system
+    assert "Every other capability, by name only, grouped by tool:" in system
+    assert "more are not listed" not in system
+    full = set(re.findall(r"^### (\S+)$", system, re.M))
+    table = system.split("grouped by tool:\n")[1]
+    names = re.findall(r"\b([a-z_]+\.[a-z_]+)(?:, |\n)", table)
+    assert TARGET in full
+    assert sorted(full | set(names)) == sorted(c.key for c in catalog)
+    assert len(full) + len(names) == 500
+    # grouped by tool: a line holds one tool's names
+    for line in table.split("\n"):
+        if re.fullmatch(r"[a-z_]+\.[a-z_]+(, [a-z_]+\.[a-z_]+)*", line):
+            assert len({key.split(".")[0] for key in line.split(", ")}) == 1
+    event = run.selection_event()
+    assert event["catalog.names"] == len(names) and event["catalog.compact"] == 0
+    assert event["catalog.omitted_names"] == ""  # nothing is left unnamed
 
 
 def test_a_capability_needing_an_id_brings_the_search_that_finds_it() -> None:
@@ -232,3 +271,41 @@ def test_the_index_is_built_once_per_catalog_content(catalog500: Catalog) -> Non
     changed = catalog500.snapshot()
     changed.add_function(lambda: {}, tool="units", capability="new_one", description="New.")
     assert builder.selection_index(changed, True) is not first
+
+
+def test_every_name_of_a_large_catalog_is_in_the_first_prompt_at_the_default_budget() -> None:
+    """1,200 capabilities, default configuration: the first prompt stays within the
+    budget and names every capability (in full or in the names-only table)."""
+    catalog = big_catalog(1200)
+    run = Run(catalog)
+    budget = OrchestratorConfig().planner_prompt_budget_chars
+    assert len(run.request.prompt_text) <= budget
+    for cap in catalog:
+        assert re.search(rf"(?<![\w.]){re.escape(cap.key)}(?![\w])", run.system), cap.key
+    event = run.selection_event()
+    assert event["catalog.offered"] + event["catalog.names"] == 1200
+    assert f"### {TARGET}" in run.system
+
+
+def test_the_other_operations_of_the_best_matching_tool_come_next() -> None:
+    """A request that names one operation of a service often needs its neighbours: the
+    other capabilities of the best-ranked tools are lifted above unrelated ones even
+    when their own texts share no word with the request."""
+    cat = big_catalog(400)
+    cat.add_function(lambda **kw: {}, tool="parcels", capability="track_parcel",
+                     description="Track a parcel by its tracking number.",
+                     input_schema={"type": "object", "properties": {
+                         "number": {"type": "string"}}})
+    cat.add_function(lambda **kw: {}, tool="parcels", capability="history",
+                     description="Events so far.",
+                     input_schema={"type": "object", "properties": {"n": {"type": "string"}}})
+    index = CatalogIndex(list(cat))
+    keys = [c.key for c in index.capabilities]
+    query = "track my parcel 1Z999 and tell me what happened to it on the way"
+    ranked = [keys[p] for p in index.ranked(query)]
+    assert ranked[0] == "parcels.track_parcel"
+    assert ranked.index("parcels.history") < 5
+    # by its own words it would rank far below
+    own = index.scores(query)
+    alone = [keys[p] for p in sorted(own, key=lambda p: (-own[p], p))]
+    assert "parcels.history" not in alone[:50]
