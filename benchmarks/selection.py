@@ -6,15 +6,16 @@ planner request) over one pooled catalog of the corpora's capabilities, with the
 configuration, and we read what the first planner prompt showed:
 
 * **in full**: every right capability's full signature is in the first prompt;
-* **named**: every right capability is named in the first prompt — in full, in the
-  compact index (``- tool.capability: first line``) or in the names-only table — so the
-  planner can use it or ask for it;
+* **with a signature**: ... in full or abridged (parameter names and types on one line),
+  so the planner can plan with it as it stands;
+* **named**: every right capability is named in the first prompt — with a signature or
+  in the names-only table — so the planner can use it or ask for it;
 * **after asking**: with ``ORCH_PLANNER_CATALOG_REQUESTS`` (default 2), a scripted
   planner that was told which capabilities the user needs asks, by name, for those it
-  saw named but not in full, and with a search text describing it (the first line of
-  its description, as a planner would say what it lacks) for those it did not see;
-  recall counts whether every right signature had been sent when the planner answers
-  with its plan.
+  saw named but without a signature, and with a search text describing it (the first
+  line of its description, as a planner would say what it lacks) for those it did not
+  see; recall counts whether every right capability had a signature in the prompt when
+  the planner answers with its plan.
 
 Questions are reported per corpus and kind, and summed by who wrote them: people asking
 for something (RestBench, API-Bank, or a jsonl corpus that says ``"by_people": true``),
@@ -81,6 +82,12 @@ from planners._selection import first_line
 from planners.prompt import PromptBuilder
 
 _KEY = re.compile(r"^### ([A-Za-z0-9_.-]+)$", re.M)
+_REST = "other capabilities exist but are not shown in full"  # after the full signatures
+
+
+def in_full(system: str) -> set[str]:
+    """The keys a planner prompt's system message shows with their full signature."""
+    return set(_KEY.findall(system.partition(_REST)[0]))
 _IDENT = re.compile(r"[^A-Za-z0-9_-]+")
 
 
@@ -401,15 +408,16 @@ class Outcome:
     kind: str
     by_people: bool
     full: bool  # every right capability in full in the first prompt
-    named: bool  # ... in full, in the compact index or in the names-only table
-    after: bool  # ... sent in full by the time the plan was asked for the last time
+    signed: bool  # ... in full or abridged
+    named: bool  # ... with a signature or in the names-only table
+    after: bool  # ... with a signature by the time the plan was asked for the last time
     first_chars: int
     total_chars: int
     rounds: int
 
 
 def named_in(text: str, keys: Iterable[str]) -> set[str]:
-    """The ``keys`` that ``text`` names anywhere (in full, in the compact index or in the
+    """The ``keys`` that ``text`` names anywhere (with a signature or in the
     names-only table), as whole names."""
     return {k for k in keys
             if re.search(r"(?<![\w.-])" + re.escape(k) + r"(?![\w-])", text)}
@@ -458,7 +466,8 @@ def measure_recall(catalog: Catalog, questions: list[Question], *, ask: bool,
         last_text = "\n".join(m["content"] for m in last.messages)
         gold = set(question.gold)
         outcomes.append(Outcome(
-            question.kind, question.by_people, gold <= set(_KEY.findall(first_text)),
+            question.kind, question.by_people, gold <= in_full(first.messages[0]["content"]),
+            gold <= set(_KEY.findall(first_text)),
             gold <= named_in(first.messages[0]["content"], gold),
             gold <= set(_KEY.findall(last_text)), len(first.prompt_text),
             len(last.prompt_text), len(planner.requests) - 1))
@@ -484,6 +493,7 @@ def summarise(lexical: list[Outcome], asking: list[Outcome]) -> list[dict[str, A
         rows.append({
             "kind": kind, "n": n,
             "full": 100 * sum(a.full for a, _ in pairs) / n,
+            "signed": 100 * sum(a.signed for a, _ in pairs) / n,
             "named": 100 * sum(a.named for a, _ in pairs) / n,
             "after": 100 * sum(b.after for _, b in pairs) / n,
             "chars": statistics.mean(a.first_chars for a, _ in pairs),
@@ -527,18 +537,20 @@ def render(argv: list[str], facts: dict[str, Any], sources: list[str], budget: i
     parts.append(
         f"Corpora: {', '.join(sources)}. Default configuration: prompt budget {budget:,} "
         "characters, lexical ranking (no embeddings). *in full*: every right capability's "
-        "signature is in the first planner prompt; *named*: every right capability is "
-        "named in it (in full, in the compact index or in the names-only table); *after "
-        "asking*: every right signature had been sent when the scripted planner (told what "
-        "the user needs) stopped asking (ORCH_PLANNER_CATALOG_REQUESTS=2); *asked*: share "
-        "of questions where it asked. Prompt sizes are characters of the first request and "
-        "of the last one.\n")
+        "full signature is in the first planner prompt; *signature*: in full or abridged "
+        "(parameter names and types), enough to plan with; *named*: every right "
+        "capability is named in it (with a signature or in the names-only table); *after "
+        "asking*: every right capability had a signature when the scripted planner (told "
+        "what the user needs) stopped asking (ORCH_PLANNER_CATALOG_REQUESTS=2); *asked*: "
+        "share of questions where it asked. Prompt sizes are characters of the first "
+        "request and of the last one.\n")
     parts.append(_DATA_NOTE)
-    headers = ["questions", "n", "in full %", "named %", "after asking %", "asked %",
-               "first prompt chars", "last prompt chars"]
+    headers = ["questions", "n", "in full %", "signature %", "named %", "after asking %",
+               "asked %", "first prompt chars", "last prompt chars"]
     for size, rows in pools:
         parts.append(f"Pooled catalog of {size:,} capabilities:\n")
-        table = [[r["kind"], f"{r['n']:,}", f"{r['full']:.1f}", f"{r['named']:.1f}",
+        table = [[r["kind"], f"{r['n']:,}", f"{r['full']:.1f}", f"{r['signed']:.1f}",
+                  f"{r['named']:.1f}",
                   f"{r['after']:.1f}", f"{r['asked']:.1f}", f"{r['chars']:,.0f}",
                   f"{r['total_chars']:,.0f}"] for r in rows]
         parts.append(common.md_table(headers, table) + "\n")
@@ -644,7 +656,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = summarise(lexical, asking)
         results.append((len(catalog), rows))
         for r in rows:
-            print(f"{r['kind']:<40} n={r['n']:>5}  in full {r['full']:5.1f}%  named "
+            print(f"{r['kind']:<40} n={r['n']:>5}  in full {r['full']:5.1f}%  signature "
+                  f"{r['signed']:5.1f}%  named "
                   f"{r['named']:5.1f}%  after asking {r['after']:5.1f}%  first prompt "
                   f"{r['chars']:,.0f} chars", flush=True)
     texts = [q.text for q in questions[:200]]

@@ -5,17 +5,19 @@ costs more than the plan is worth). The capabilities are ranked against the quer
 (:mod:`planners._ranking`: fielded BM25 over names, tool, descriptions and parameters)
 and shown in tiers, each cheaper per capability than the one before:
 
-* **full signatures** for the best ranked (a few hundred characters each);
-* when every capability's name fits in :data:`NAMES_MAX_SHARE` of the budget (about
-  1,500 capabilities at the default budget), a **names-only table** of all the others —
-  ``tool.capability`` alone, about thirty characters, grouped by tool — so the planner
-  sees the whole catalog;
-* otherwise a **compact index** — ``tool.capability`` and the first line of its
-  description, about a hundred characters — for the next best, and a names-only table
-  of the best after those, in what is left.
+* **full signatures** for the best ranked (a few hundred characters each: every
+  parameter with its type, constraints and description);
+* **abridged signatures** for the next best — the capability's key, the first sentence
+  of its description and its parameters as one typed line (``{city: string, days?:
+  integer, unit: "c" | "f"}``), a hundred-odd characters — enough to plan with, and the
+  full signature is one request away;
+* a **names-only table** — ``tool.capability`` alone, about thirty characters, grouped by
+  tool — of every other capability when all the names fit in :data:`NAMES_MAX_SHARE` of
+  the budget (about 1,500 capabilities at the default budget), else of the best after
+  the abridged ones, in what is left.
 
-A plan needs a full signature to write parameters, but the planner only needs a name to
-know a capability exists: it can ask for the signatures of what it saw by name
+A plan needs a signature to write parameters, but the planner only needs a name to know
+a capability exists: it can ask for the signatures of what it saw by name
 (:mod:`planners._catalog_request`). So a capability the ranking placed badly is still in
 front of the planner, and a miss of the ranking costs one more LLM call instead of the run.
 
@@ -25,7 +27,7 @@ catalog always yields the same prompt. A capability whose description names anot
 need both.
 
 Everything that does not depend on the query — the index, each capability's rendered
-block and its size, its compact line, the capabilities its description names — is built
+blocks and their sizes, the capabilities its description names — is built
 once per catalog content (:class:`SelectionIndex`) and reused by every run, so a
 selection costs the ranking plus a walk down the best few hundred.
 """
@@ -41,14 +43,16 @@ from typing import Any
 
 from orchestration.capability import Capability
 from planners._ranking import CatalogIndex, tokenize
+from planners.signatures import SignatureRenderer
 
 _SEPARATOR = 2  # the blank line between two capability blocks
 _COMPACT_LINE = 110  # longest compact entry's description, in characters
 _SKIPS = 8  # capabilities too large for what is left, passed over before giving up
 
-COMPACT_SHARE = 0.15
-"""Share of what the full signatures and the compact index may spend that the compact
-index keeps, when not every name fits (measured with ``benchmarks/selection.py``)."""
+COMPACT_SHARE = 0.6
+"""Share of what the signatures may spend that goes to abridged ones (measured with
+``benchmarks/selection.py``: more right capabilities with a signature, the best ranked
+still in full)."""
 NAMES_SHARE = 0.3
 """Share of the catalog budget kept for the names-only table when not every name fits
 (measured with ``benchmarks/selection.py``)."""
@@ -94,9 +98,21 @@ def names_table(keys: Sequence[str], tools: Sequence[str]) -> list[str]:
 
 
 def compact_entry(cap: Capability) -> str:
-    """One line of the compact index: ``- tool.capability: first line``."""
+    """One line describing ``cap``: ``- tool.capability: first line``."""
     line = first_line(cap.description)
     return f"- {cap.key}: {line}" if line else f"- {cap.key}"
+
+
+_ABRIDGING = SignatureRenderer(max_depth=2, max_inline=240, max_enum=12)
+
+
+def abridged_block(cap: Capability) -> str:
+    """An abridged signature: the key, the first sentence of the description, and the
+    parameters on one typed line (names, types, optional ones marked ``?``, enum
+    members; no descriptions or constraints)."""
+    line = first_line(cap.description)
+    params = _ABRIDGING.inline(cap.input_schema) if cap.input_schema else "{}"
+    return "\n".join([f"### {cap.key}", *([line] if line else []), f"params: {params}"])
 
 
 _FINDERS = frozenset(tokenize("search find list lookup query browse"))
@@ -165,7 +181,6 @@ class SelectionIndex:
         self.ranking = CatalogIndex(self.capabilities, tool_descriptions)
         self.keys = [c.key for c in self.capabilities]
         self.positions = {k: i for i, k in enumerate(self.keys)}
-        self.compact = [compact_entry(c) for c in self.capabilities]
         self.tools = [c.tool for c in self.capabilities]
         self.name_costs = [name_cost(k) for k in self.keys]
         self.names_chars = sum(self.name_costs)  # every name, listed once
@@ -173,6 +188,7 @@ class SelectionIndex:
         self.mentions = [list(dict.fromkeys([*_mentioned_keys(c, self.positions), *producers[i]]))
                          for i, c in enumerate(self.capabilities)]
         self._blocks: dict[int, str] = {}
+        self._abridged: dict[int, str] = {}
         self._fits: dict[int, bool] = {}  # budget -> whether the whole catalog fits
 
     def block(self, position: int) -> str:
@@ -183,6 +199,12 @@ class SelectionIndex:
 
     def size(self, position: int) -> int:
         return len(self.block(position)) + _SEPARATOR
+
+    def abridged(self, position: int) -> str:
+        text = self._abridged.get(position)
+        if text is None:
+            text = self._abridged[position] = abridged_block(self.capabilities[position])
+        return text
 
     def serves(self, capabilities: Sequence[Capability], tool_descriptions: Mapping[str, str]
                ) -> bool:
@@ -216,8 +238,8 @@ class Selection:
     ranked: bool  # False when the whole catalog fitted and no ranking was needed
     catalog: Sequence[Capability] = ()  # every capability, in catalog order
     scores: dict[str, float] = field(default_factory=dict)  # of those shown
-    compact: list[Capability] = field(default_factory=list)  # listed by name and one line
-    compact_lines: list[str] = field(default_factory=list)
+    compact: list[Capability] = field(default_factory=list)  # shown abridged
+    compact_blocks: list[str] = field(default_factory=list)
     names: list[Capability] = field(default_factory=list)  # listed by name only
     names_lines: list[str] = field(default_factory=list)
 
@@ -227,7 +249,7 @@ class Selection:
 
     @property
     def compact_text(self) -> str:
-        return "\n".join(self.compact_lines)
+        return "\n\n".join(self.compact_blocks)
 
     @property
     def names_text(self) -> str:
@@ -235,8 +257,8 @@ class Selection:
 
     @property
     def shown(self) -> list[Capability]:
-        """The capabilities the prompt describes: full signatures, then the compact index
-        (a plan may use these as they stand; names-only ones are asked for first)."""
+        """The capabilities the prompt gives a signature, full then abridged (a plan may
+        use these as they stand; names-only ones are asked for first)."""
         return [*self.offered, *self.compact]
 
     @property
@@ -246,7 +268,7 @@ class Selection:
 
     @property
     def omitted_count(self) -> int:
-        """Capabilities not shown in full (those in the compact index included)."""
+        """Capabilities not shown in full (the abridged and named ones included)."""
         return len(self.catalog) - len(self.offered)
 
     @property
@@ -292,8 +314,8 @@ def select(
     order: Sequence[int] | None = None,
 ) -> Selection:
     """The capabilities to show for ``query``: all if they fit, else the most relevant in
-    full, the next ones in the compact index, and the rest by name (all of them when
-    their names fit in :data:`NAMES_MAX_SHARE` of the budget, else the next best).
+    full, the next ones abridged, and the rest by name (all of them when their names fit
+    in :data:`NAMES_MAX_SHARE` of the budget, else the next best).
 
     ``order`` replaces the lexical ranking (a fused hybrid ranking, say). Always offers at
     least one capability in full (the best ranked), even when it alone exceeds
@@ -309,44 +331,50 @@ def select(
     totals = index.ranking.scores(query)
     ranked = index.ranking.ranked(query, totals) if order is None else order
     keys, costs = index.keys, index.name_costs
-    # every name fits: book them all, and each capability shown in full gives its name's
-    # place back (it is not listed twice); with every name listed, the compact index would
-    # add only a line of description, so its room goes to full signatures (measured: more
-    # right signatures in full)
+    # every name fits: book them all, and each capability shown with a signature gives
+    # its name's place back (it is not listed twice)
     every_name = index.names_chars <= budget_chars * NAMES_MAX_SHARE
-    if every_name:
-        tiers = full_budget = budget_chars - index.names_chars
-    else:
-        tiers = int(budget_chars * (1 - names_share))
-        full_budget = int(tiers * (1 - compact_share))
+    booked = index.names_chars if every_name else 0
+    tiers = budget_chars - booked if every_name else int(budget_chars * (1 - names_share))
+    full_budget = int(tiers * (1 - compact_share))
     chosen: list[int] = []
     compact: list[int] = []
     named: list[int] = []
     taken: set[int] = set()
     used = -_SEPARATOR  # the full-signature section, as rendered
-    spent = 0  # what the full and compact tiers cost beyond the booked names
+    spent = 0  # what the signatures cost beyond the booked names
     skips = 0
+
+    def refund(position: int) -> int:
+        return costs[position] if every_name else 0
 
     def take(position: int) -> bool:
         nonlocal used, spent
         if position in taken or len(chosen) >= limit:
             return False
         cost = index.size(position)
-        extra = cost - costs[position] if every_name else cost
-        if chosen and spent + extra > full_budget:
+        if chosen and spent + cost - refund(position) > full_budget:
             return False
         chosen.append(position)
         taken.add(position)
         used += cost
-        spent += extra
+        spent += cost - refund(position)
         return True
 
-    # one walk down the ranking: each capability goes to the first tier with room for it
-    full_open, compact_open = True, not every_name
-    left = budget_chars - tiers  # the names-only table's room, until the tiers above close
-    for position in index.ranking.order(ranked):
+    # one walk down the ranking: each capability goes to the first tier with room for it;
+    # signatures only for capabilities that match the query (but always one), the
+    # others at most by name
+    full_open = compact_open = True
+    left = budget_chars - tiers  # the names-only table's room once the signatures close
+    matched = len(ranked)
+    for at, position in enumerate(index.ranking.order(ranked)):
         if position in taken:
             continue
+        if at >= matched and chosen and (full_open or compact_open):
+            full_open = compact_open = False
+            if every_name:
+                break
+            left = budget_chars - max(spent, 0)
         if full_open:
             if take(position):
                 for other in index.mentions[position]:
@@ -354,18 +382,16 @@ def select(
                 continue
             skips += 1
             full_open = len(chosen) < limit and skips <= _SKIPS
-        if every_name:
-            if not full_open:
-                break
-            continue
         if compact_open:
-            cost = len(index.compact[position]) + 1
+            cost = len(index.abridged(position)) + _SEPARATOR - refund(position)
             if spent + cost <= tiers:
                 compact.append(position)
                 taken.add(position)
                 spent += cost
                 continue
             compact_open = False
+            if every_name:
+                break  # the names-only table lists the rest
             left = budget_chars - max(spent, 0)
         if costs[position] > left:
             break
@@ -380,7 +406,7 @@ def select(
         [caps[i] for i in full], {keys[i]: index.block(i) for i in full}, max(used, 0),
         budget_chars, True, caps,
         {keys[p]: totals[p] for p in (*full, *compact) if p in totals},
-        [caps[i] for i in compact], [index.compact[i] for i in compact],
+        [caps[i] for i in compact], [index.abridged(i) for i in compact],
         [caps[i] for i in named],
         names_table([keys[i] for i in named], [tools[i] for i in named]))
 

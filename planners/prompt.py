@@ -225,8 +225,8 @@ class PromptBuilder:
         index = self.selection_index(catalog, config.prompt_type_guidance)
         request_note = (self.templates.render("request_note", rounds=str(requests))
                         if requests > 0 else "")
-        # the note's frame, the headings of the compact index and of the names-only table
-        # included (their lines count against the catalog's budget)
+        # the note's frame, the headings of the abridged signatures and of the names-only
+        # table included (what they list counts against the catalog's budget)
         count = len(index.capabilities)
         note_reserve = max(len(_omitted_note(count, " ", " ", unlisted, request_note))
                            for unlisted in (0, count))
@@ -261,13 +261,13 @@ _JOIN = 2  # the blank line between messages when they are counted as one text
 
 def _omitted_note(count: int, compact: str, names: str, unlisted: int,
                   request_note: str) -> str:
-    """What the prompt says about the capabilities not shown in full: the compact index,
-    the names-only table, and how many are not named at all."""
+    """What the prompt says about the capabilities not shown in full: the abridged
+    signatures, the names-only table, and how many are not named at all."""
     text = (f"\n({count} other capabilities exist but are not shown in full: they match this "
             "request less well.)")
     if compact:
-        text += ("\nMore capabilities, by name and first line only (best match first; a plan "
-                 "may use them too):\n" + compact)
+        text += ("\nMore capabilities, abridged: parameter names and types only (best match "
+                 "first; a plan may use them too):\n\n" + compact + "\n")
     if names:
         text += ("\n" + ("Every other capability" if not unlisted else "Other capabilities")
                  + ", by name only, grouped by tool:\n" + names)
