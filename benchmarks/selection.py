@@ -22,9 +22,9 @@ for something (RestBench, API-Bank, or a jsonl corpus that says ``"by_people": t
 or a writer with the functions in view (an LLM for MetaTool and ToolBench, this project
 for the built-in corpus).
 
-Each ``--pool`` is one catalog: ``all`` (every capability of the corpora), or a size: a
-seeded sample of whole tools below what the corpora hold, generated business operations
-added above it.
+Each ``--pool`` is one catalog: ``all`` (every capability of the corpora), or a size:
+below what the corpora hold, a seeded sample of the largest corpus's tools is dropped
+(each tool whole), above it generated business operations are added.
 
 Then the selection's speed at 1,000 and 10,000 capabilities (the pooled catalog cut or
 padded): the time of one ``plan_prompt`` over a warm index (what every run pays) and of
@@ -88,6 +88,12 @@ _REST = "other capabilities exist but are not shown in full"  # after the full s
 def in_full(system: str) -> set[str]:
     """The keys a planner prompt's system message shows with their full signature."""
     return set(_KEY.findall(system.partition(_REST)[0]))
+
+
+def names_table_chars(system: str) -> int:
+    """Characters of the names-only table in a planner prompt's system message."""
+    table = system.partition("by name only, grouped by tool:\n")[2]
+    return len(table.split("\n(")[0].split("\nIf the plan needs")[0]) if table else 0
 _IDENT = re.compile(r"[^A-Za-z0-9_-]+")
 
 
@@ -374,25 +380,29 @@ def pooled(corpora: list[Corpus], size: int | None, seed: int = 7
     and a corpus placed first would be favoured), and the questions it can answer.
 
     ``size`` above what the corpora hold pads the catalog with generated business
-    operations; below it, a seeded sample of whole tools is kept (a tool's capabilities
-    stay together, as a real catalog holds a service whole) and the questions whose
-    right capabilities were all kept."""
-    entries = [c for corpus in corpora for c in corpus.capabilities]
-    tools = {t: d for corpus in corpora for t, d in corpus.tools.items()}
+    operations; below it, whole tools of the largest corpus are dropped (seeded) until
+    it fits — a tool's capabilities stay together, as a real catalog holds a service
+    whole, and the smaller corpora stay whole — with the questions that needed them."""
     rng = random.Random(seed)
+    kept = [list(corpus.capabilities) for corpus in corpora]
+    total = sum(map(len, kept))
+    if size is not None and size < total:
+        orders = []
+        for entries in kept:
+            tools = sorted({e["tool"] for e in entries})
+            rng.shuffle(tools)
+            orders.append(tools)
+        while total > size:
+            largest = max(range(len(kept)), key=lambda i: len(kept[i]))
+            tool = orders[largest].pop()
+            before = len(kept[largest])
+            kept[largest] = [e for e in kept[largest] if e["tool"] != tool]
+            total -= before - len(kept[largest])
+    entries = [e for group in kept for e in group]
+    tools = {t: d for corpus in corpora for t, d in corpus.tools.items()}
     if size is not None and size > len(entries):
         taken = {f"{e['tool']}.{e['name']}" for e in entries}
         entries += list(padding(size - len(entries), taken))
-    elif size is not None and size < len(entries):
-        by_tool: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for entry in entries:
-            by_tool[entry["tool"]].append(entry)
-        order = sorted(by_tool)
-        rng.shuffle(order)
-        entries = []
-        for tool in order:
-            if len(entries) + len(by_tool[tool]) <= size:
-                entries += by_tool[tool]
     rng.shuffle(entries)
     catalog = build_catalog(entries, tools)
     questions = [q for corpus in corpora for q in corpus.questions
@@ -411,6 +421,7 @@ class Outcome:
     signed: bool  # ... in full or abridged
     named: bool  # ... with a signature or in the names-only table
     after: bool  # ... with a signature by the time the plan was asked for the last time
+    names_chars: int  # the names-only table's size in the first prompt
     first_chars: int
     total_chars: int
     rounds: int
@@ -469,7 +480,8 @@ def measure_recall(catalog: Catalog, questions: list[Question], *, ask: bool,
             question.kind, question.by_people, gold <= in_full(first.messages[0]["content"]),
             gold <= set(_KEY.findall(first_text)),
             gold <= named_in(first.messages[0]["content"], gold),
-            gold <= set(_KEY.findall(last_text)), len(first.prompt_text),
+            gold <= set(_KEY.findall(last_text)),
+            names_table_chars(first.messages[0]["content"]), len(first.prompt_text),
             len(last.prompt_text), len(planner.requests) - 1))
     return outcomes
 
@@ -497,6 +509,7 @@ def summarise(lexical: list[Outcome], asking: list[Outcome]) -> list[dict[str, A
             "named": 100 * sum(a.named for a, _ in pairs) / n,
             "after": 100 * sum(b.after for _, b in pairs) / n,
             "chars": statistics.mean(a.first_chars for a, _ in pairs),
+            "names_chars": statistics.mean(a.names_chars for a, _ in pairs),
             "asked": 100 * sum(b.rounds > 0 for _, b in pairs) / n,
             "total_chars": statistics.mean(b.total_chars for _, b in pairs),
         })
@@ -546,13 +559,13 @@ def render(argv: list[str], facts: dict[str, Any], sources: list[str], budget: i
         "request and of the last one.\n")
     parts.append(_DATA_NOTE)
     headers = ["questions", "n", "in full %", "signature %", "named %", "after asking %",
-               "asked %", "first prompt chars", "last prompt chars"]
+               "asked %", "first prompt chars", "of which names table", "last prompt chars"]
     for size, rows in pools:
         parts.append(f"Pooled catalog of {size:,} capabilities:\n")
         table = [[r["kind"], f"{r['n']:,}", f"{r['full']:.1f}", f"{r['signed']:.1f}",
                   f"{r['named']:.1f}",
                   f"{r['after']:.1f}", f"{r['asked']:.1f}", f"{r['chars']:,.0f}",
-                  f"{r['total_chars']:,.0f}"] for r in rows]
+                  f"{r['names_chars']:,.0f}", f"{r['total_chars']:,.0f}"] for r in rows]
         parts.append(common.md_table(headers, table) + "\n")
     headers = ["capabilities", "index build s (once per revision)", "plan_prompt median ms",
                "p95 ms", "max ms", "CPU median ms", "CPU p95 ms"]
