@@ -126,10 +126,11 @@ class OrchestratorConfig(BaseSettings):
         None, description="Directory of saved workflows (YAML/JSON) found by name (unset: "
         "workflows/ beside ORCH_CATALOG, else ./workflows).")
     planner_prompt_budget_chars: int = Field(
-        24_000, ge=2000,
-        description="Largest first planner prompt (system + user, in characters); a larger "
-        "catalog is cut to the capabilities most relevant to the query (fielded BM25), "
-        "the next ones listed by name.",
+        64_000, ge=2000,
+        description="Largest first planner prompt (system + user, in characters, about "
+        "4 per token); a larger catalog is cut to the capabilities most relevant to the "
+        "query (fielded BM25) in full, and the others listed by name: all of them when "
+        "their names fit (about 1,500 capabilities at 64000), else the next best.",
     )
     planner_max_capabilities: int | None = Field(
         None, ge=1, description="Most capabilities shown to the planner with their full "

@@ -4,9 +4,9 @@ When a large catalog was cut to fit the prompt, the planner may answer with
 
     {"need": {"capabilities": ["tool.capability", ...], "search": "words for what is missing"}}
 
-and the engine answers with the signatures of the capabilities named (from the compact
-index or anywhere in the catalog) and of the best matches for the search text that were
-not shown yet, then asks for the plan again. This module reads such an answer and works
+and the engine answers with the full signatures of the capabilities named (abridged or
+listed by name in the prompt, or anywhere in the catalog) and of the best matches for the
+search text that were not shown yet, then asks for the plan again. This module reads such an answer and works
 out what to send back; :class:`planners.planner.Planner` runs the round.
 """
 

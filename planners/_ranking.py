@@ -66,6 +66,13 @@ RANKED_DEPTH = 1000
 catalog order): a prompt shows a few hundred at most."""
 COMMON_SHARE = 0.1
 """Share of capabilities above which a term is too common to score (large catalogs)."""
+SIBLING_TOOLS = 3
+"""How many of the best-ranked capabilities lift the other capabilities of their tool."""
+SIBLING_WEIGHT = 0.5
+"""A lifted capability scores at least this share of its best-ranked sibling (measured)."""
+SIBLING_MAX = 20
+"""Tools with more capabilities than this are not lifted (a 600-operation API is not one
+need, and lifting it would crowd out the other services a request names; measured)."""
 _COMMON_MIN_SIZE = 500
 _PREFIX_MIN = 4
 _PREFIX_FANOUT = 16  # longest run of index terms one prefix may reach
@@ -183,6 +190,13 @@ class CatalogIndex:
 
         self.vocabulary = sorted(self.postings)
         self._dense: dict[str, dict[int, float]] = {}
+        members: dict[str, list[int]] = defaultdict(list)
+        for position, cap in enumerate(self.capabilities):
+            members[cap.tool].append(position)
+        # position -> the other capabilities of its tool, for tools small enough to lift
+        self.siblings: dict[int, list[int]] = {
+            p: [o for o in group if o != p]
+            for group in members.values() if 1 < len(group) <= SIBLING_MAX for p in group}
 
     def __len__(self) -> int:
         return len(self.capabilities)
@@ -250,13 +264,31 @@ class CatalogIndex:
     def ranked(self, query: str, totals: Mapping[int, float] | None = None) -> list[int]:
         """Positions of the capabilities sharing a term with ``query``, best first, ties
         in catalog order (the others follow in catalog order: see :meth:`order`).
-        ``totals``: :meth:`scores` of ``query`` when the caller has them already."""
+        ``totals``: :meth:`scores` of ``query`` when the caller has them already.
+
+        The other capabilities of the tools of the :data:`SIBLING_TOOLS` best are lifted
+        to :data:`SIBLING_WEIGHT` of their score: a request that names one operation of
+        a service often needs its neighbours too (the search before the lookup, the list
+        before the detail), whose own texts share fewer of its words."""
         if totals is None:
             totals = self.scores(query)
+        totals = self._lift_siblings(totals)
         if len(totals) > RANKED_DEPTH:  # no prompt holds more: skip sorting the tail
             best = heapq.nlargest(RANKED_DEPTH, totals.items(), key=itemgetter(1))
             return [p for p, _ in sorted(best, key=lambda item: (-item[1], item[0]))]
         return sorted(totals, key=lambda p: (-totals[p], p))
+
+    def _lift_siblings(self, totals: Mapping[int, float]) -> Mapping[int, float]:
+        if not self.siblings or not totals:
+            return totals
+        lifts: dict[int, float] = {}
+        for position, score in heapq.nlargest(SIBLING_TOOLS, totals.items(),
+                                              key=itemgetter(1)):
+            floor = score * SIBLING_WEIGHT
+            for other in self.siblings.get(position, ()):
+                if totals.get(other, 0.0) < floor and lifts.get(other, 0.0) < floor:
+                    lifts[other] = floor
+        return {**totals, **lifts} if lifts else totals
 
     def order(self, ranked: Sequence[int]) -> Iterator[int]:
         """``ranked``, then every other position in catalog order (lazily)."""

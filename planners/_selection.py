@@ -3,12 +3,23 @@
 With hundreds or thousands of capabilities the full catalog no longer fits a prompt (or
 costs more than the plan is worth). The capabilities are ranked against the query
 (:mod:`planners._ranking`: fielded BM25 over names, tool, descriptions and parameters)
-and shown in two tiers:
+and shown in tiers, each cheaper per capability than the one before:
 
-* **full signatures** for the best ranked, until the budget less a reserve is spent;
-* a **compact index** — ``tool.capability`` and the first line of its description — for
-  the next best, in what is left, so the planner still knows they exist and can use them
-  or ask for their signatures (:mod:`planners._catalog_request`).
+* **full signatures** for the best ranked (a few hundred characters each: every
+  parameter with its type, constraints and description);
+* **abridged signatures** for the next best — the capability's key, the first sentence
+  of its description and its parameters as one typed line (``{city: string, days?:
+  integer, unit: "c" | "f"}``), a hundred-odd characters — enough to plan with, and the
+  full signature is one request away;
+* a **names-only table** — ``tool.capability`` alone, about thirty characters, grouped by
+  tool — of every other capability when all the names fit in :data:`NAMES_MAX_SHARE` of
+  the budget (about 1,500 capabilities at the default budget), else of the best after
+  the abridged ones, in what is left.
+
+A plan needs a signature to write parameters, but the planner only needs a name to know
+a capability exists: it can ask for the signatures of what it saw by name
+(:mod:`planners._catalog_request`). So a capability the ranking placed badly is still in
+front of the planner, and a miss of the ranking costs one more LLM call instead of the run.
 
 The ranking is deterministic (ties keep catalog order), so the same query over the same
 catalog always yields the same prompt. A capability whose description names another one
@@ -16,7 +27,7 @@ catalog always yields the same prompt. A capability whose description names anot
 need both.
 
 Everything that does not depend on the query — the index, each capability's rendered
-block and its size, its compact line, the capabilities its description names — is built
+blocks and their sizes, the capabilities its description names — is built
 once per catalog content (:class:`SelectionIndex`) and reused by every run, so a
 selection costs the ranking plus a walk down the best few hundred.
 """
@@ -32,14 +43,23 @@ from typing import Any
 
 from orchestration.capability import Capability
 from planners._ranking import CatalogIndex, tokenize
+from planners.signatures import SignatureRenderer
 
 _SEPARATOR = 2  # the blank line between two capability blocks
 _COMPACT_LINE = 110  # longest compact entry's description, in characters
 _SKIPS = 8  # capabilities too large for what is left, passed over before giving up
 
-COMPACT_SHARE = 0.3
-"""Share of the catalog budget kept for the compact index when not everything fits
+COMPACT_SHARE = 0.6
+"""Share of what the signatures may spend that goes to abridged ones (measured with
+``benchmarks/selection.py``: more right capabilities with a signature, the best ranked
+still in full)."""
+NAMES_SHARE = 0.3
+"""Share of the catalog budget kept for the names-only table when not every name fits
 (measured with ``benchmarks/selection.py``)."""
+NAMES_MAX_SHARE = 0.75
+"""Largest share of the catalog budget the names-only table may take to name every
+capability; a catalog whose names need more gets the best ranked in :data:`NAMES_SHARE`."""
+_NAMES_LINE = 160  # names-only lines are wrapped at about this many characters
 
 
 def first_line(text: str) -> str:
@@ -53,10 +73,46 @@ def first_line(text: str) -> str:
     return text
 
 
+def name_cost(key: str) -> int:
+    """Characters one name takes in the names-only table: the key and its separator."""
+    return len(key) + 2
+
+
+def names_table(keys: Sequence[str], tools: Sequence[str]) -> list[str]:
+    """``keys`` grouped by tool (tools in order of first appearance, keys in the given
+    order within a tool), a line per tool wrapped near :data:`_NAMES_LINE` characters.
+    Never longer than ``sum(name_cost(k))``."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for key, tool in zip(keys, tools, strict=True):
+        groups[tool].append(key)
+    lines: list[str] = []
+    for members in groups.values():
+        start, width = 0, -2
+        for at, key in enumerate(members):
+            width += len(key) + 2
+            if width > _NAMES_LINE and at > start:
+                lines.append(", ".join(members[start:at]))
+                start, width = at, len(key)
+        lines.append(", ".join(members[start:]))
+    return lines
+
+
 def compact_entry(cap: Capability) -> str:
-    """One line of the compact index: ``- tool.capability: first line``."""
+    """One line describing ``cap``: ``- tool.capability: first line``."""
     line = first_line(cap.description)
     return f"- {cap.key}: {line}" if line else f"- {cap.key}"
+
+
+_ABRIDGING = SignatureRenderer(max_depth=2, max_inline=240, max_enum=12)
+
+
+def abridged_block(cap: Capability) -> str:
+    """An abridged signature: the key, the first sentence of the description, and the
+    parameters on one typed line (names, types, optional ones marked ``?``, enum
+    members; no descriptions or constraints)."""
+    line = first_line(cap.description)
+    params = _ABRIDGING.inline(cap.input_schema) if cap.input_schema else "{}"
+    return "\n".join([f"### {cap.key}", *([line] if line else []), f"params: {params}"])
 
 
 _FINDERS = frozenset(tokenize("search find list lookup query browse"))
@@ -125,11 +181,14 @@ class SelectionIndex:
         self.ranking = CatalogIndex(self.capabilities, tool_descriptions)
         self.keys = [c.key for c in self.capabilities]
         self.positions = {k: i for i, k in enumerate(self.keys)}
-        self.compact = [compact_entry(c) for c in self.capabilities]
+        self.tools = [c.tool for c in self.capabilities]
+        self.name_costs = [name_cost(k) for k in self.keys]
+        self.names_chars = sum(self.name_costs)  # every name, listed once
         producers = _id_producers(self.capabilities)
         self.mentions = [list(dict.fromkeys([*_mentioned_keys(c, self.positions), *producers[i]]))
                          for i, c in enumerate(self.capabilities)]
         self._blocks: dict[int, str] = {}
+        self._abridged: dict[int, str] = {}
         self._fits: dict[int, bool] = {}  # budget -> whether the whole catalog fits
 
     def block(self, position: int) -> str:
@@ -140,6 +199,12 @@ class SelectionIndex:
 
     def size(self, position: int) -> int:
         return len(self.block(position)) + _SEPARATOR
+
+    def abridged(self, position: int) -> str:
+        text = self._abridged.get(position)
+        if text is None:
+            text = self._abridged[position] = abridged_block(self.capabilities[position])
+        return text
 
     def serves(self, capabilities: Sequence[Capability], tool_descriptions: Mapping[str, str]
                ) -> bool:
@@ -173,8 +238,10 @@ class Selection:
     ranked: bool  # False when the whole catalog fitted and no ranking was needed
     catalog: Sequence[Capability] = ()  # every capability, in catalog order
     scores: dict[str, float] = field(default_factory=dict)  # of those shown
-    compact: list[Capability] = field(default_factory=list)  # listed by name and one line
-    compact_lines: list[str] = field(default_factory=list)
+    compact: list[Capability] = field(default_factory=list)  # shown abridged
+    compact_blocks: list[str] = field(default_factory=list)
+    names: list[Capability] = field(default_factory=list)  # listed by name only
+    names_lines: list[str] = field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -182,16 +249,26 @@ class Selection:
 
     @property
     def compact_text(self) -> str:
-        return "\n".join(self.compact_lines)
+        return "\n\n".join(self.compact_blocks)
+
+    @property
+    def names_text(self) -> str:
+        return "\n".join(self.names_lines)
 
     @property
     def shown(self) -> list[Capability]:
-        """Every capability the prompt names: full signatures, then the compact index."""
+        """The capabilities the prompt gives a signature, full then abridged (a plan may
+        use these as they stand; names-only ones are asked for first)."""
         return [*self.offered, *self.compact]
 
     @property
+    def unlisted_count(self) -> int:
+        """Capabilities the prompt does not name at all."""
+        return len(self.catalog) - len(self.offered) - len(self.compact) - len(self.names)
+
+    @property
     def omitted_count(self) -> int:
-        """Capabilities not shown in full (those in the compact index included)."""
+        """Capabilities not shown in full (the abridged and named ones included)."""
         return len(self.catalog) - len(self.offered)
 
     @property
@@ -202,8 +279,8 @@ class Selection:
 
     def trace_attributes(self, limit: int = 50) -> dict[str, Any]:
         """Bounded span attributes: counts, and the first ``limit`` names left out."""
-        listed = {c.key for c in self.compact}
-        unlisted = self.omitted_count - len(self.compact)
+        listed = {c.key for c in (*self.compact, *self.names)}
+        unlisted = self.unlisted_count
         names: list[str] = []
         for cap in self.catalog:
             if len(names) >= limit:
@@ -217,6 +294,7 @@ class Selection:
             "catalog.size": len(self.catalog),
             "catalog.offered": len(self.offered),
             "catalog.compact": len(self.compact),
+            "catalog.names": len(self.names),
             "catalog.omitted": self.omitted_count,
             "catalog.omitted_names": shown,
             "catalog.chars": self.catalog_chars,
@@ -232,10 +310,12 @@ def select(
     budget_chars: int,
     max_capabilities: int | None = None,
     compact_share: float = COMPACT_SHARE,
+    names_share: float = NAMES_SHARE,
     order: Sequence[int] | None = None,
 ) -> Selection:
     """The capabilities to show for ``query``: all if they fit, else the most relevant in
-    full and the next ones in the compact index.
+    full, the next ones abridged, and the rest by name (all of them when their names fit
+    in :data:`NAMES_MAX_SHARE` of the budget, else the next best).
 
     ``order`` replaces the lexical ranking (a fused hybrid ranking, say). Always offers at
     least one capability in full (the best ranked), even when it alone exceeds
@@ -250,53 +330,85 @@ def select(
 
     totals = index.ranking.scores(query)
     ranked = index.ranking.ranked(query, totals) if order is None else order
-    full_budget = int(budget_chars * (1 - compact_share))
-
+    keys, costs = index.keys, index.name_costs
+    # every name fits: book them all, and each capability shown with a signature gives
+    # its name's place back (it is not listed twice)
+    every_name = index.names_chars <= budget_chars * NAMES_MAX_SHARE
+    booked = index.names_chars if every_name else 0
+    tiers = budget_chars - booked if every_name else int(budget_chars * (1 - names_share))
+    full_budget = int(tiers * (1 - compact_share))
     chosen: list[int] = []
+    compact: list[int] = []
+    named: list[int] = []
     taken: set[int] = set()
-    used = -_SEPARATOR
+    used = -_SEPARATOR  # the full-signature section, as rendered
+    spent = 0  # what the signatures cost beyond the booked names
     skips = 0
 
+    def refund(position: int) -> int:
+        return costs[position] if every_name else 0
+
     def take(position: int) -> bool:
-        nonlocal used
+        nonlocal used, spent
         if position in taken or len(chosen) >= limit:
             return False
         cost = index.size(position)
-        if chosen and used + cost > full_budget:
+        if chosen and spent + cost - refund(position) > full_budget:
             return False
         chosen.append(position)
         taken.add(position)
         used += cost
+        spent += cost - refund(position)
         return True
 
-    for position in index.ranking.order(ranked):
-        if take(position):
-            for other in index.mentions[position]:
-                take(other)
-        elif position not in taken:
-            skips += 1
-            if len(chosen) >= limit or skips > _SKIPS:
-                break
-    # the compact index: the next best, best first, while they fit
-    compact: list[int] = []
-    left = budget_chars - max(used, 0)
-    for position in index.ranking.order(ranked):
+    # one walk down the ranking: each capability goes to the first tier with room for it;
+    # signatures only for capabilities that match the query (but always one), the
+    # others at most by name
+    full_open = compact_open = True
+    left = budget_chars - tiers  # the names-only table's room once the signatures close
+    matched = len(ranked)
+    for at, position in enumerate(index.ranking.order(ranked)):
         if position in taken:
             continue
-        cost = len(index.compact[position]) + 1
-        if cost > left:
+        if at >= matched and chosen and (full_open or compact_open):
+            full_open = compact_open = False
+            if every_name:
+                break
+            left = budget_chars - max(spent, 0)
+        if full_open:
+            if take(position):
+                for other in index.mentions[position]:
+                    take(other)
+                continue
+            skips += 1
+            full_open = len(chosen) < limit and skips <= _SKIPS
+        if compact_open:
+            cost = len(index.abridged(position)) + _SEPARATOR - refund(position)
+            if spent + cost <= tiers:
+                compact.append(position)
+                taken.add(position)
+                spent += cost
+                continue
+            compact_open = False
+            if every_name:
+                break  # the names-only table lists the rest
+            left = budget_chars - max(spent, 0)
+        if costs[position] > left:
             break
-        compact.append(position)
-        taken.add(position)
-        left -= cost
+        named.append(position)
+        left -= costs[position]
+    if every_name:  # every other capability, in catalog order
+        named = [p for p in range(len(caps)) if p not in taken]
 
     full = sorted(chosen)  # catalog order reads better
-    keys = index.keys
+    tools = index.tools
     return Selection(
         [caps[i] for i in full], {keys[i]: index.block(i) for i in full}, max(used, 0),
         budget_chars, True, caps,
         {keys[p]: totals[p] for p in (*full, *compact) if p in totals},
-        [caps[i] for i in compact], [index.compact[i] for i in compact])
+        [caps[i] for i in compact], [index.abridged(i) for i in compact],
+        [caps[i] for i in named],
+        names_table([keys[i] for i in named], [tools[i] for i in named]))
 
 
 def select_capabilities(
@@ -308,8 +420,9 @@ def select_capabilities(
     max_capabilities: int | None = None,
     tool_descriptions: dict[str, str] | None = None,
     compact_share: float = COMPACT_SHARE,
+    names_share: float = NAMES_SHARE,
 ) -> Selection:
     """:func:`select` over an index built for this call alone (tests, one-off use)."""
     index = SelectionIndex(capabilities, tool_descriptions, render)
     return select(index, query, budget_chars=budget_chars, max_capabilities=max_capabilities,
-                  compact_share=compact_share)
+                  compact_share=compact_share, names_share=names_share)

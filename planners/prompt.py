@@ -230,16 +230,19 @@ class PromptBuilder:
         index = self.selection_index(catalog, config.prompt_type_guidance)
         request_note = (self.templates.render("request_note", rounds=str(requests))
                         if requests > 0 else "")
-        # the note's frame, the compact index's heading included (its lines count against
-        # the catalog's budget)
-        note_reserve = len(_omitted_note(len(index.capabilities), " ", request_note))
+        # the note's frame, the headings of the abridged signatures and of the names-only
+        # table included (what they list counts against the catalog's budget)
+        count = len(index.capabilities)
+        note_reserve = max(len(_omitted_note(count, " ", " ", unlisted, request_note))
+                           for unlisted in (0, count))
         frame = self.templates.render(system_template, capabilities="", omitted_note="", **values)
         budget = (config.planner_prompt_budget_chars - len(frame) - len(user) - note_reserve
                   - _JOIN)
         selection = select(index, search_text, budget_chars=max(budget, 0),
                            max_capabilities=config.planner_max_capabilities, order=order)
         left_out = selection.omitted_count
-        note = (_omitted_note(left_out, selection.compact_text, request_note)
+        note = (_omitted_note(left_out, selection.compact_text, selection.names_text,
+                              selection.unlisted_count, request_note)
                 if left_out else "")
         system = self.templates.render(
             system_template, capabilities=selection.text, omitted_note=note, **values)
@@ -261,12 +264,19 @@ class PromptBuilder:
 _JOIN = 2  # the blank line between messages when they are counted as one text
 
 
-def _omitted_note(count: int, compact: str, request_note: str) -> str:
-    """What the prompt says about the capabilities not shown in full."""
+def _omitted_note(count: int, compact: str, names: str, unlisted: int,
+                  request_note: str) -> str:
+    """What the prompt says about the capabilities not shown in full: the abridged
+    signatures, the names-only table, and how many are not named at all."""
     text = (f"\n({count} other capabilities exist but are not shown in full: they match this "
             "request less well.)")
     if compact:
-        text += ("\nMore capabilities, by name and first line only (best match first; a plan "
-                 "may use them too):\n" + compact)
+        text += ("\nMore capabilities, abridged: parameter names and types only (best match "
+                 "first; a plan may use them too):\n\n" + compact + "\n")
+    if names:
+        text += ("\n" + ("Every other capability" if not unlisted else "Other capabilities")
+                 + ", by name only, grouped by tool:\n" + names)
+    if unlisted:
+        text += (f"\n({unlisted} more are not listed{': ask with a search text' if request_note else ''}.)")
     text += "\n" + (request_note if request_note else "Plan with the capabilities above.")
     return text

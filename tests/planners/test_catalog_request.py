@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from orchestration import Catalog, Orchestrator, OrchestratorConfig, ScriptedLLM
 from orchestration.llm.base import LLMRequest
-from tests.planners.test_selection import big_catalog
+from tests.planners.test_selection import big_catalog, sections
 
 QUERY = "What is 100 degrees Fahrenheit in Celsius?"
 PLAN = {"steps": [{"id": "p", "tool": "mail", "capability": "list_parcel",
@@ -87,7 +87,8 @@ def test_a_search_request_sends_the_best_matches_not_yet_shown(catalog: Catalog)
                        "params": {"employee_id": "e1"}}]}
     run = Conversation(catalog, [ASK_SEARCH, plan])
     assert run.result.status == "succeeded", run.result.error
-    assert "### hr.archive_employee" not in run.requests[0].messages[0]["content"]
+    full, abridged, _ = sections(run.requests[0].messages[0]["content"])
+    assert "hr.archive_employee" not in full + abridged
     reply = run.requests[1].messages[-1]["content"]
     # the best match comes first, and a search sends at most 8
     assert reply.split("\n\n")[1].startswith("### hr.archive_employee\n")
@@ -134,3 +135,25 @@ def test_no_invitation_when_switched_off_or_when_everything_fits(catalog: Catalo
     # nothing was left out, so a request is just an unreadable plan
     assert [a["outcome"] for a in whole.events("plan_attempt")] == ["rejected", "accepted"]
     assert whole.events("catalog_request") == []
+
+
+def test_a_capability_listed_by_name_only_is_asked_for_and_planned_with() -> None:
+    """At the default budget a 1,200-capability catalog is named whole; the planner asks
+    for a capability it saw only by name, gets its signature, and plans with it."""
+    catalog = big_catalog(1200)
+    wanted = "compliance.sync_ticket"  # no word of the query: listed by name only
+    plan = {"steps": [{"id": "a", "tool": "compliance", "capability": "sync_ticket",
+                       "params": {"ticket_id": "t1"}}]}
+    run = Conversation(catalog, [{"need": {"capabilities": [wanted]}}, plan],
+                       planner_max_capabilities=None)
+    assert run.result.status == "succeeded", run.result.error
+    first, second = run.requests
+    system = first.messages[0]["content"]
+    assert len(first.prompt_text) <= OrchestratorConfig().planner_prompt_budget_chars
+    assert "Every other capability, by name only, grouped by tool:\n" in system
+    full, abridged, names = sections(system)
+    assert wanted in names and wanted not in full + abridged
+    reply = second.messages[-1]["content"]
+    assert f"### {wanted}\n" in reply and "ticket_id: string (required)" in reply
+    [event] = run.events("catalog_request")
+    assert event["dagwright.request.sent"] == wanted
