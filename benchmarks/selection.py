@@ -631,6 +631,14 @@ def _pool_size(text: str) -> int | None:
     return None if text == "all" else int(text)
 
 
+def _shareable(argv: list[str]) -> list[str]:
+    """The command line as docs/benchmarks.md shows it: each ``--data NAME:PATH`` as
+    ``NAME:DIR`` (the data are local copies, described in the section, not this machine's
+    paths)."""
+    return [re.sub(r"^(\w+):.+$", r"\1:DIR", a) if i and argv[i - 1] == "--data" else a
+            for i, a in enumerate(argv)]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="python -m benchmarks.selection", description=__doc__,
@@ -683,7 +691,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{s['cpu_p95_ms']:.2f}); index build {s['build_s']:.2f} s", flush=True)
     if not args.no_report:
         common.write_section(args.report, "selection", render(
-            argv, facts, sources, args.budget, results, speed))
+            _shareable(argv), facts, sources, args.budget, results, speed))
         print(f"wrote the selection section of {args.report}")
     return 0
 
