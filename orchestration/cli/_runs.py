@@ -16,7 +16,7 @@ from orchestration.cli._kit import continuing, full_run_id, read_run, read_store
 from orchestration.cli._parser import Commands
 from orchestration.cli._progress import live_progress
 from orchestration.cli._render import render_result, write_next_steps, write_run_data
-from orchestration.cli._sessions import add_context_options, credentials_of
+from orchestration.cli._sessions import add_context_options, credentials_of, tenants_with_session
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import DagwrightError
 from orchestration.result import RunStatus
@@ -78,6 +78,11 @@ def cmd_runs_list(args: argparse.Namespace, out: TextIO) -> int:
         return 0
     if not runs:
         out.write(f"no runs in {OrchestratorConfig().store_url}\n")
+        if args.session and args.tenant is None:
+            elsewhere = read_store(lambda store: tenants_with_session(store, args.session))
+            if elsewhere:  # sessions are per tenant: this one is under a tenant
+                out.write(f"  session {args.session!r} has runs under tenant "
+                          f"{', '.join(elsewhere)}: add --tenant {elsewhere[0]}\n")
         return 0
     for r in runs:
         steps = ", ".join(f"{n} {status}" for status, n in sorted(r.steps.items())) or "no steps"

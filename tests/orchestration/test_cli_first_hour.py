@@ -236,3 +236,27 @@ def test_a_run_cancelled_while_planning_is_not_a_planning_failure() -> None:
     assert exit_code_of(cancelled) == EXIT_RUN_FAILED
     failed = RunResult(run_id="r", query="q", status="failed", error="planning failed: ...")
     assert exit_code_of(failed) == EXIT_PLANNING
+
+
+def test_a_tenant_s_session_asked_for_without_the_tenant_names_it(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    """A new user ran `run --context tenant=acme --session s1` and then `sessions show s1`:
+    'no session', though it was there. Sessions are per tenant; the answer says whose."""
+    plan = {"steps": [{"id": "q", "tool": "stocks", "capability": "quote",
+                       "params": {"symbol": "TSLA"}}]}
+    env = environment(tools, tmp_path, approval=False, answers=[plan])
+    done = dagwright(env, "run", "-q", "--context", "tenant=acme", "--session", "s1", "quote")
+    assert done.returncode == 0, done.stderr
+
+    shown = dagwright(env, "sessions", "show", "s1")
+    assert shown.returncode == 2
+    assert "no session 's1' without a tenant; sessions are per tenant, and tenant acme has one" \
+        in shown.stderr
+    assert "next: `dagwright sessions show s1 --tenant acme`" in shown.stderr
+    assert dagwright(env, "sessions", "show", "s1", "--tenant", "acme").returncode == 0
+
+    listed = dagwright(env, "runs", "list", "--session", "s1")
+    assert listed.returncode == 0, listed.stderr
+    assert "session 's1' has runs under tenant acme: add --tenant acme" in listed.stdout
+    assert "no session 'other'" in dagwright(env, "sessions", "show", "other").stderr
