@@ -84,9 +84,14 @@ def cmd_runs_list(args: argparse.Namespace, out: TextIO) -> int:
                 out.write(f"  session {args.session!r} has runs under tenant "
                           f"{', '.join(elsewhere)}: add --tenant {elsewhere[0]}\n")
         return 0
+    width = max(34, *(len(r.run_id) for r in runs))
     for r in runs:
-        steps = ", ".join(f"{n} {status}" for status, n in sorted(r.steps.items())) or "no steps"
-        out.write(f"{r.run_id:34} {r.status:10} {_when(r.started_at)}  {steps}\n"
+        steps = ", ".join(f"{n} {status}" for status, n in sorted(r.steps.items()))
+        if not steps:
+            # the counts are written when a run ends or pauses: one still running (or
+            # whose process stopped) has its steps so far in `runs show`
+            steps = "steps so far: `dagwright runs show`" if r.status == "running" else "no steps"
+        out.write(f"{r.run_id:{width}} {r.status:17} {_when(r.started_at)}  {steps}\n"
                   f"    {r.query[:100]}\n")
         if r.context or r.session:
             out.write(f"    {_in_context(r.context, r.session, r.session_run)}\n")

@@ -260,3 +260,31 @@ def test_a_tenant_s_session_asked_for_without_the_tenant_names_it(
     assert listed.returncode == 0, listed.stderr
     assert "session 's1' has runs under tenant acme: add --tenant acme" in listed.stdout
     assert "no session 'other'" in dagwright(env, "sessions", "show", "other").stderr
+
+
+def test_a_run_whose_process_stopped_is_listed_with_where_its_steps_are(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    """A new user killed a run mid-payment: `runs list` said 'no steps' (the counts are
+    written when a run ends) while `runs show` listed the quote it had finished."""
+    from tests.support.side_effects import pay_plan
+
+    env = environment(tools, tmp_path, approval=False, answers=[pay_plan()])
+    tools.hold.set()
+    proc = subprocess.Popen([sys.executable, "-m", "orchestration", "run", "-q",
+                             "pay for one share"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert tools.arrived.wait(30), "the payment never reached the tool"
+    finally:
+        proc.kill()
+        out, _ = proc.communicate(timeout=10)
+        tools.hold.clear()
+        tools.release.set()
+    run_id = out.splitlines()[0].split()[1]
+    listed = dagwright(env, "runs", "list")
+    line = listed.stdout.splitlines()[0]
+    assert line.startswith(run_id) and " running " in line, listed.stdout
+    assert line.endswith("steps so far: `dagwright runs show`") and "no steps" not in line
+    assert "✔ quote [stocks.quote] succeeded" in dagwright(env, "runs", "show", run_id).stdout
+
