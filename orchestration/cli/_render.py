@@ -128,6 +128,8 @@ def render_result(result: RunResult, out: TextIO) -> None:
                 out.write(f"         coerced {change.path}: {change.old!r} → {change.new!r}\n")
             if attempt.analysis:
                 out.write(f"         analysis: {attempt.analysis}\n")
+            if attempt.note:  # a person's decision, with the note they gave
+                out.write(f"         note: {attempt.note}\n")
             if attempt.error is not None:
                 out.write(f"         error: {attempt.error.category.value}/{attempt.error.code}: "
                           f"{attempt.error.message[:200]}\n")

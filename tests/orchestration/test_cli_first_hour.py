@@ -288,3 +288,18 @@ def test_a_run_whose_process_stopped_is_listed_with_where_its_steps_are(
     assert line.endswith("steps so far: `dagwright runs show`") and "no steps" not in line
     assert "✔ quote [stocks.quote] succeeded" in dagwright(env, "runs", "show", run_id).stdout
 
+
+def test_the_note_of_an_approval_is_shown_with_its_attempt(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    """A new user approved with --note and found the note in `runs show --json` only."""
+    from tests.support.side_effects import pay_plan
+
+    env = environment(tools, tmp_path, approval=True, answers=[pay_plan()])
+    paused = dagwright(env, "run", "-q", "pay for one share")
+    run_id = paused.stdout.splitlines()[0].split()[1]
+    done = dagwright(env, "approve", run_id, "pay", "--note", "capped by finance")
+    assert done.returncode == 0, done.stderr
+    shown = dagwright(env, "runs", "show", run_id).stdout
+    assert "#1 layer=approval outcome=succeeded" in shown
+    assert "note: approved by a person: capped by finance" in shown
