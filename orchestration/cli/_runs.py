@@ -28,21 +28,21 @@ def register(commands: Commands) -> None:
     listing = runs_sub.add_parser("list", help="recent runs, newest first")
     listing.add_argument("--status", choices=get_args(RunStatus), metavar="STATUS",
                          help="only runs with this status: " + ", ".join(get_args(RunStatus)))
-    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     listing.add_argument("--tenant", help="only runs of this tenant (their context's)")
     listing.add_argument("--user", help="only runs for this user (their context's)")
     listing.add_argument("--session", help="only the runs of this session")
-    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--json", action="store_true", help="print the runs as JSON")
     listing.set_defaults(fn=cmd_runs_list)
     show = runs_sub.add_parser("show", help="one run: its steps, attempts and answer")
-    show.add_argument("run_id")
+    show.add_argument("run_id", help="the run id (or a unique prefix of it)")
     show.add_argument("--json", action="store_true", help="print the RunResult as JSON")
     show.set_defaults(fn=cmd_runs_show)
     resume = commands.add_parser("resume", help="continue a run whose process stopped (needs "
                                  "ORCH_CATALOG; on Temporal, follow it on its workers); "
                                  "finished steps are not run again")
-    resume.add_argument("run_id")
-    resume.add_argument("--json", action="store_true")
+    resume.add_argument("run_id", help="the run id (or a unique prefix of it)")
+    resume.add_argument("--json", action="store_true", help="print the RunResult as JSON")
     add_context_options(resume, new_run=False)
     resume.set_defaults(fn=cmd_resume)
     debug = commands.add_parser("debug", help="show one run's LLM prompts and answers from the "

@@ -24,9 +24,9 @@ def register(commands: Commands) -> None:
                                    "store (ORCH_STORE_URL)")
     sub = sessions.add_subparsers(dest="sessions_command", required=True)
     show = sub.add_parser("show", help="a session's runs, oldest first")
-    show.add_argument("session_id")
+    show.add_argument("session_id", help="the id runs were given with --session")
     show.add_argument("--tenant", help="the session's tenant (sessions of tenants are apart)")
-    show.add_argument("--json", action="store_true")
+    show.add_argument("--json", action="store_true", help="print the session and its runs as JSON")
     show.set_defaults(fn=cmd_sessions_show)
 
 

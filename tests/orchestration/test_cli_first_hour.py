@@ -303,3 +303,28 @@ def test_the_note_of_an_approval_is_shown_with_its_attempt(
     shown = dagwright(env, "runs", "show", run_id).stdout
     assert "#1 layer=approval outcome=succeeded" in shown
     assert "note: approved by a person: capped by finance" in shown
+
+
+def test_every_argument_of_every_command_says_what_it_is() -> None:
+    """A new user read `dagwright approve --help`: `run_id`, `--note NOTE` and `--json`
+    with nothing beside them (and the same in plan, reject, resume, runs, sessions)."""
+    import argparse
+
+    from orchestration.cli import build_parser
+
+    def bare(parser: argparse.ArgumentParser, path: str) -> list[str]:
+        found = []
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    found += bare(sub, f"{path} {name}")
+            elif not action.help and action.dest != "help":
+                found.append(f"{path}: {action.dest}")
+        return found
+
+    assert bare(build_parser(), "dagwright") == []
+    # a run id is said to take a prefix wherever it is asked for, as the README promises
+    commands = next(a for a in build_parser()._actions
+                    if isinstance(a, argparse._SubParsersAction)).choices
+    for name in ("approve", "reject", "resume", "debug"):
+        assert "the run id (or a unique prefix of it)" in commands[name].format_help(), name
