@@ -328,3 +328,21 @@ def test_every_argument_of_every_command_says_what_it_is() -> None:
                     if isinstance(a, argparse._SubParsersAction)).choices
     for name in ("approve", "reject", "resume", "debug"):
         assert "the run id (or a unique prefix of it)" in commands[name].format_help(), name
+
+
+def test_a_first_run_without_llm_settings_learns_openai_is_only_the_default(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    """A new user's first `dagwright run` read 'ORCH_LLM_PROVIDER=openai needs
+    ORCH_LLM_MODEL' without having named openai anywhere."""
+    env = environment(tools, tmp_path, approval=False, answers=[])
+    for name in ("ORCH_LLM_PROVIDER", "ORCH_LLM_SCRIPT"):
+        env.pop(name)
+    unset = dagwright(env, "run", "hello")
+    assert unset.returncode == 2
+    assert ("ORCH_LLM_PROVIDER=openai needs ORCH_LLM_MODEL (openai is the default, as "
+            "ORCH_LLM_PROVIDER is unset: point ORCH_LLM_BASE_URL and ORCH_LLM_MODEL at an "
+            "OpenAI-compatible server") in unset.stderr
+    chosen = dagwright({**env, "ORCH_LLM_PROVIDER": "openai"}, "run", "hello")
+    assert chosen.returncode == 2 and "is the default" not in chosen.stderr
+    assert "ORCH_LLM_PROVIDER=openai needs ORCH_LLM_MODEL" in chosen.stderr
