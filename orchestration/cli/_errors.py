@@ -69,8 +69,11 @@ def next_step_for(exc: DagwrightError) -> str:
                 "\"...\" --save FILE --force`); `dagwright workflows` checks them all "
                 "(docs/troubleshooting.md#workflows-and-tools-that-are-down)")
     if isinstance(exc, InvalidInput):
-        return ("correct what it names (a workflow's inputs: `dagwright workflows` lists "
-                "them); nothing was recorded or sent (docs/troubleshooting.md has each message)")
+        # a workflow's refused inputs name them; a context, credentials or query do not
+        where = (" (a workflow's inputs: `dagwright workflows` lists them)"
+                 if "inputs" in str(exc) else "")
+        return (f"correct what it names{where}; nothing was recorded or sent "
+                "(docs/troubleshooting.md has each message)")
     if isinstance(exc, PlanningError):
         return ("check the LLM settings with `dagwright config`; to see what the LLM "
                 "answered, set ORCH_LLM_DEBUG_ENABLED=true and use `dagwright debug RUN_ID`")

@@ -346,3 +346,16 @@ def test_a_first_run_without_llm_settings_learns_openai_is_only_the_default(
     chosen = dagwright({**env, "ORCH_LLM_PROVIDER": "openai"}, "run", "hello")
     assert chosen.returncode == 2 and "is the default" not in chosen.stderr
     assert "ORCH_LLM_PROVIDER=openai needs ORCH_LLM_MODEL" in chosen.stderr
+
+
+def test_refused_credentials_say_what_to_correct_without_talk_of_workflows(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    env = environment(tools, tmp_path, approval=False, answers=[])
+    (tmp_path / "creds.json").write_text(json.dumps({"nosuch": {"X-Key": "k-123456"}}))
+    refused = dagwright(env, "run", "--credentials-file", str(tmp_path / "creds.json"), "x")
+    assert refused.returncode == 2
+    assert "credentials for 'nosuch': the catalog has no tool, source or capability" \
+        in refused.stderr
+    assert "next: correct what it names; nothing was recorded or sent" in refused.stderr
+    assert "k-123456" not in refused.stderr + refused.stdout
