@@ -78,9 +78,9 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
                          "give a rate from 0 to 1, e.g. --min-pass-rate 0.8")
     if args.baseline is not None:
         baseline = Path(args.baseline)
-        report = baseline / "report.json" if baseline.is_dir() else baseline
-        if not report.is_file():  # said before the cases run (and a model is paid)
-            raise UsageError(f"no eval report at {report}",
+        earlier = baseline / "report.json" if baseline.is_dir() else baseline
+        if not earlier.is_file():  # said before the cases run (and a model is paid)
+            raise UsageError(f"no eval report at {earlier}",
                              "make a baseline first: `dagwright eval DATASET --report DIR` "
                              "writes DIR/report.json, then give --baseline DIR "
                              "(docs/eval.md)")
