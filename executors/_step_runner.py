@@ -364,8 +364,12 @@ class StepRunner:
                          latency_s=loop.time() - started, provenance=provenance)
             raise
         outcome: AttemptOutcome = "succeeded" if result.error is None else "failed"
-        if result.error is not None and result.error.source is ErrorSource.ENGINE:
-            outcome = "not_sent"  # a guard of the engine (a run budget) stopped the call
+        if (result.error is not None and result.error.source is ErrorSource.ENGINE
+                and not result.error.request_sent):
+            # a guard of the engine (a run budget, an open breaker) stopped the call; an
+            # engine error about a call that did leave (a Temporal worker lost with it in
+            # flight: WORKER_LOST, OUTCOME_UNKNOWN) is a failure of a sent call
+            outcome = "not_sent"
         attempt = self._record(state, decision, outcome, result.error, prepared,
                                latency_s=result.latency_s, provenance=provenance)
         if marked:

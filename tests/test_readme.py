@@ -43,3 +43,43 @@ def test_tour_run_as_a_script_prints_the_values_its_comments_promise(tmp_path: P
                                            if not k.startswith("ORCH_")} | {"ORCH_STORE_URL": "memory://"})
     assert done.returncode == 0, done.stderr
     assert len(promised) >= 5 and done.stdout.splitlines() == promised
+
+
+SCREEN_LINES = 24
+"""What a terminal or a repository page shows before any scrolling."""
+
+
+def test_the_first_screen_holds_exactly_the_two_set_up_commands() -> None:
+    """A new user found a paragraph of wheel and extras commands between the two set-up
+    commands, which pushed the test command off the first screen."""
+    screen = "\n".join((ROOT / "README.md").read_text(encoding="utf-8").splitlines()[:SCREEN_LINES])
+    blocks = re.findall(r"```bash\n(.*?)```", screen, re.S)
+    assert [b.strip() for b in blocks] == [
+        "python3 -m venv .venv && .venv/bin/pip install -q . && .venv/bin/dagwright demo",
+        "python3 -m venv .venv && .venv/bin/pip install -q -e '.[dev]' && "
+        ".venv/bin/python -m pytest -q",
+    ]
+    outside = re.sub(r"```bash\n.*?```", "", screen, flags=re.S)
+    assert "pip " not in outside and "dagwright " not in outside.replace("# dagwright", "")
+
+
+def test_the_tour_is_run_with_the_python_the_set_up_installed_into() -> None:
+    """`python tour.py` with the system's Python fails (no module named httpx): the
+    set-up installs into .venv, so the line to type says .venv/bin/python."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    after_tour = readme.split("```python", 1)[1].split("```", 2)[1]
+    assert "`.venv/bin/python tour.py`" in after_tour
+    assert "`python tour.py`" not in readme
+
+
+def test_the_readme_names_every_command() -> None:
+    """A new user read the README's CLI line and missed runs, resume, sessions, workflows,
+    eval and worker, which only `dagwright --help` listed."""
+    from orchestration.cli import build_parser
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    commands = next(action for action in build_parser()._actions
+                    if action.dest == "command").choices
+    assert commands, "the parser has no commands"
+    missing = [name for name in commands if f"`dagwright {name}" not in readme]
+    assert not missing, f"README.md does not name: {missing}"

@@ -8,7 +8,8 @@ ends with what to do next; the exit code says which kind of outcome it was
 
 One module per command group (``_run``, ``_runs``, ``_approvals``, ...), registered in
 ``_app.COMMAND_GROUPS``; what they share is in ``_kit`` (run store, run ids),
-``_render`` (plans, results, redacted output), ``_progress`` (the live display),
+``_render`` (plans, results, redacted output), ``_step_advice`` (what to do about the
+steps of a run that did not succeed), ``_progress`` (the live display),
 ``_parser``, ``_errors`` and ``_exit_codes``.
 """
 

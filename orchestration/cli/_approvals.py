@@ -23,26 +23,27 @@ def register(commands: Commands) -> None:
     approvals = commands.add_parser("approvals", help="calls waiting for a person")
     approvals_sub = approvals.add_subparsers(dest="approvals_command", required=True)
     pending = approvals_sub.add_parser("list", help="pending approvals, of one run or of all")
-    pending.add_argument("run_id", nargs="?")
-    pending.add_argument("--json", action="store_true")
+    pending.add_argument("run_id", nargs="?",
+                         help="only this run (an id or a unique prefix; default: all runs)")
+    pending.add_argument("--json", action="store_true", help="print the pending approvals as JSON")
     pending.set_defaults(fn=cmd_approvals_list)
     approve = commands.add_parser("approve", help="approve a pending call and continue the run")
-    approve.add_argument("run_id")
+    approve.add_argument("run_id", help="the run id (or a unique prefix of it)")
     approve.add_argument("step_id", help="the step (or @plan for the whole plan)")
     approve.add_argument("--params", metavar="JSON",
                          help="an edit of the proposed parameters as a JSON object, merged "
                          "onto them (RFC 7396): name only the keys you change, e.g. "
                          "'{\"amount\": 200}'; null removes a key; the result is validated "
                          "as a whole. For @plan: a whole replacement plan")
-    approve.add_argument("--note")
-    approve.add_argument("--json", action="store_true")
+    approve.add_argument("--note", help="why (kept with the decision, shown under its attempt)")
+    approve.add_argument("--json", action="store_true", help="print the RunResult as JSON")
     approve.set_defaults(fn=cmd_approve)
     reject = commands.add_parser("reject", help="reject a pending call; the run goes on "
                                  "without it")
-    reject.add_argument("run_id")
-    reject.add_argument("step_id")
+    reject.add_argument("run_id", help="the run id (or a unique prefix of it)")
+    reject.add_argument("step_id", help="the step (or @plan for the whole plan)")
     reject.add_argument("--note", required=True, help="why (kept in the step's error)")
-    reject.add_argument("--json", action="store_true")
+    reject.add_argument("--json", action="store_true", help="print the RunResult as JSON")
     reject.set_defaults(fn=cmd_reject)
 
 

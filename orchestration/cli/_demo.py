@@ -28,7 +28,9 @@ def register(commands: Commands) -> None:
     demo.set_defaults(fn=cmd_demo)
     serve = commands.add_parser("serve-tools", help="serve the demo tools on fixed ports until "
                                 "Ctrl-C")
-    serve.add_argument("--port", type=int, default=8700)
+    serve.add_argument("--port", type=int, default=8700,
+                       help="the first port: stocks on it, currency and weather on the next "
+                       "two (default 8700, as config/catalog.example.yaml expects)")
     serve.set_defaults(fn=cmd_serve_tools)
 
 

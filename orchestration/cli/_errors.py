@@ -13,6 +13,7 @@ from orchestration.errors import (
     ConfigError,
     CredentialsRequired,
     DagwrightError,
+    InvalidInput,
     PlanningError,
     RunLeased,
     RunNotFound,
@@ -67,6 +68,12 @@ def next_step_for(exc: DagwrightError) -> str:
         return ("fix the workflow file, or save it again from a planned run (`dagwright plan "
                 "\"...\" --save FILE --force`); `dagwright workflows` checks them all "
                 "(docs/troubleshooting.md#workflows-and-tools-that-are-down)")
+    if isinstance(exc, InvalidInput):
+        # a workflow's refused inputs name them; a context, credentials or query do not
+        where = (" (a workflow's inputs: `dagwright workflows` lists them)"
+                 if "inputs" in str(exc) else "")
+        return (f"correct what it names{where}; nothing was recorded or sent "
+                "(docs/troubleshooting.md has each message)")
     if isinstance(exc, PlanningError):
         return ("check the LLM settings with `dagwright config`; to see what the LLM "
                 "answered, set ORCH_LLM_DEBUG_ENABLED=true and use `dagwright debug RUN_ID`")

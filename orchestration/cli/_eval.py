@@ -76,6 +76,14 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     if args.min_pass_rate is not None and not 0 <= args.min_pass_rate <= 1:
         raise UsageError(f"--min-pass-rate {args.min_pass_rate:g} is not a rate",
                          "give a rate from 0 to 1, e.g. --min-pass-rate 0.8")
+    if args.baseline is not None:
+        baseline = Path(args.baseline)
+        earlier = baseline / "report.json" if baseline.is_dir() else baseline
+        if not earlier.is_file():  # said before the cases run (and a model is paid)
+            raise UsageError(f"no eval report at {earlier}",
+                             "make a baseline first: `dagwright eval DATASET --report DIR` "
+                             "writes DIR/report.json, then give --baseline DIR "
+                             "(docs/eval.md)")
     if args.live_tools and not (args.record or args.replay):
         raise UsageError("--live-tools says what cassettes hold, and no cassettes are used",
                          "add --record DIR or --replay DIR (docs/eval.md#record-and-replay)")

@@ -8,6 +8,7 @@ import json
 from typing import Any, TextIO
 
 from orchestration.catalog import Catalog
+from orchestration.cli._step_advice import step_advice
 from orchestration.plan import ValidatedPlan
 from orchestration.redaction import DEFAULT_REDACTOR, Redactor
 from orchestration.result import RunResult, StepResult
@@ -127,6 +128,8 @@ def render_result(result: RunResult, out: TextIO) -> None:
                 out.write(f"         coerced {change.path}: {change.old!r} → {change.new!r}\n")
             if attempt.analysis:
                 out.write(f"         analysis: {attempt.analysis}\n")
+            if attempt.note:  # a person's decision, with the note they gave
+                out.write(f"         note: {attempt.note}\n")
             if attempt.error is not None:
                 out.write(f"         error: {attempt.error.category.value}/{attempt.error.code}: "
                           f"{attempt.error.message[:200]}\n")
@@ -178,7 +181,11 @@ def next_steps(result: RunResult) -> str | None:
     if result.plan is None:
         return (f"check the LLM settings with `dagwright config` (docs/troubleshooting.md "
                 f"explains each error); {debug}")
-    return (f"each failed step above shows every attempt and why the layers stopped; {debug}")
+    advice, others = step_advice(result)
+    if others or not advice:
+        advice.append(f"each failed step above shows every attempt and why the layers "
+                      f"stopped; {debug}")
+    return "; ".join(advice)
 
 
 def write_next_steps(result: RunResult, out: TextIO) -> None:

@@ -53,7 +53,7 @@ def register(commands: Commands) -> None:
     add_context_options(run, new_run=True)
     run.set_defaults(fn=cmd_run)
     plan = commands.add_parser("plan", help="print the plan of a query without executing it")
-    plan.add_argument("query")
+    plan.add_argument("query", help="what to do (planned with the configured LLM, not run)")
     plan.add_argument("--catalog", help="tool catalog file (default: ORCH_CATALOG)")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.add_argument("--save", metavar="FILE",

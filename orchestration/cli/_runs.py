@@ -16,7 +16,7 @@ from orchestration.cli._kit import continuing, full_run_id, read_run, read_store
 from orchestration.cli._parser import Commands
 from orchestration.cli._progress import live_progress
 from orchestration.cli._render import render_result, write_next_steps, write_run_data
-from orchestration.cli._sessions import add_context_options, credentials_of
+from orchestration.cli._sessions import add_context_options, credentials_of, tenants_with_session
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import DagwrightError
 from orchestration.result import RunStatus
@@ -28,21 +28,21 @@ def register(commands: Commands) -> None:
     listing = runs_sub.add_parser("list", help="recent runs, newest first")
     listing.add_argument("--status", choices=get_args(RunStatus), metavar="STATUS",
                          help="only runs with this status: " + ", ".join(get_args(RunStatus)))
-    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     listing.add_argument("--tenant", help="only runs of this tenant (their context's)")
     listing.add_argument("--user", help="only runs for this user (their context's)")
     listing.add_argument("--session", help="only the runs of this session")
-    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--json", action="store_true", help="print the runs as JSON")
     listing.set_defaults(fn=cmd_runs_list)
     show = runs_sub.add_parser("show", help="one run: its steps, attempts and answer")
-    show.add_argument("run_id")
+    show.add_argument("run_id", help="the run id (or a unique prefix of it)")
     show.add_argument("--json", action="store_true", help="print the RunResult as JSON")
     show.set_defaults(fn=cmd_runs_show)
     resume = commands.add_parser("resume", help="continue a run whose process stopped (needs "
                                  "ORCH_CATALOG; on Temporal, follow it on its workers); "
                                  "finished steps are not run again")
-    resume.add_argument("run_id")
-    resume.add_argument("--json", action="store_true")
+    resume.add_argument("run_id", help="the run id (or a unique prefix of it)")
+    resume.add_argument("--json", action="store_true", help="print the RunResult as JSON")
     add_context_options(resume, new_run=False)
     resume.set_defaults(fn=cmd_resume)
     debug = commands.add_parser("debug", help="show one run's LLM prompts and answers from the "
@@ -78,10 +78,20 @@ def cmd_runs_list(args: argparse.Namespace, out: TextIO) -> int:
         return 0
     if not runs:
         out.write(f"no runs in {OrchestratorConfig().store_url}\n")
+        if args.session and args.tenant is None:
+            elsewhere = read_store(lambda store: tenants_with_session(store, args.session))
+            if elsewhere:  # sessions are per tenant: this one is under a tenant
+                out.write(f"  session {args.session!r} has runs under tenant "
+                          f"{', '.join(elsewhere)}: add --tenant {elsewhere[0]}\n")
         return 0
+    width = max(34, *(len(r.run_id) for r in runs))
     for r in runs:
-        steps = ", ".join(f"{n} {status}" for status, n in sorted(r.steps.items())) or "no steps"
-        out.write(f"{r.run_id:34} {r.status:10} {_when(r.started_at)}  {steps}\n"
+        steps = ", ".join(f"{n} {status}" for status, n in sorted(r.steps.items()))
+        if not steps:
+            # the counts are written when a run ends or pauses: one still running (or
+            # whose process stopped) has its steps so far in `runs show`
+            steps = "steps so far: `dagwright runs show`" if r.status == "running" else "no steps"
+        out.write(f"{r.run_id:{width}} {r.status:17} {_when(r.started_at)}  {steps}\n"
                   f"    {r.query[:100]}\n")
         if r.context or r.session:
             out.write(f"    {_in_context(r.context, r.session, r.session_run)}\n")

@@ -24,9 +24,9 @@ def register(commands: Commands) -> None:
                                    "store (ORCH_STORE_URL)")
     sub = sessions.add_subparsers(dest="sessions_command", required=True)
     show = sub.add_parser("show", help="a session's runs, oldest first")
-    show.add_argument("session_id")
+    show.add_argument("session_id", help="the id runs were given with --session")
     show.add_argument("--tenant", help="the session's tenant (sessions of tenants are apart)")
-    show.add_argument("--json", action="store_true")
+    show.add_argument("--json", action="store_true", help="print the session and its runs as JSON")
     show.set_defaults(fn=cmd_sessions_show)
 
 
@@ -85,17 +85,32 @@ def credentials_of(args: argparse.Namespace) -> dict[str, Any] | None:
     return value
 
 
+async def tenants_with_session(store: Any, session_id: str) -> list[str]:
+    """The tenants whose runs have a session of this id: sessions are per tenant, and one
+    asked for without ``--tenant`` is looked for among the runs without one."""
+    runs = await store.list_runs(status=None, limit=1000, tenant=None, session_id=session_id)
+    return sorted({str(r.context["tenant"]) for r in runs
+                   if r.context and r.context.get("tenant")})
+
+
 def cmd_sessions_show(args: argparse.Namespace, out: TextIO) -> int:
     check_session_id(args.session_id)
 
-    async def read(store: Any) -> tuple[Any, list[Any]]:
+    async def read(store: Any) -> tuple[Any, list[Any], list[str]]:
         record = await store.get_session(args.tenant, args.session_id)
         runs = [] if record is None else await store.list_runs(
             status=None, limit=max(1, record.runs), tenant=args.tenant or "",
             session_id=args.session_id)
-        return record, runs
+        elsewhere = (await tenants_with_session(store, args.session_id)
+                     if record is None and args.tenant is None else [])
+        return record, runs, elsewhere
 
-    record, runs = read_store(read)
+    record, runs, elsewhere = read_store(read)
+    if record is None and elsewhere:
+        raise UsageError(
+            f"no session {args.session_id!r} without a tenant; sessions are per tenant, and "
+            f"{_listed(elsewhere)} {'has' if len(elsewhere) == 1 else 'have'} one",
+            f"`dagwright sessions show {args.session_id} --tenant {elsewhere[0]}`")
     if record is None:
         raise DagwrightError(f"no session {args.session_id!r}"
                              + (f" of tenant {args.tenant!r}" if args.tenant else "")
@@ -110,3 +125,7 @@ def cmd_sessions_show(args: argparse.Namespace, out: TextIO) -> int:
     for run in reversed(runs):  # oldest first: the conversation in order
         out.write(f"  run {run.session_run}: {run.run_id} {run.status}\n    {run.query[:100]}\n")
     return 0
+
+
+def _listed(tenants: list[str]) -> str:
+    return ("tenant " if len(tenants) == 1 else "tenants ") + ", ".join(tenants)

@@ -56,8 +56,12 @@ def cmd_tools(args: argparse.Namespace, out: TextIO) -> int:
             if cap.max_calls_per_run:
                 flags += f" [at most {cap.max_calls_per_run} calls per run]"
             method = cap.method if cap.url or cap.source.startswith("openapi:") else ""
+            # a document's description may span paragraphs, or be empty: each line
+            # indented under its capability, blank ones dropped
+            described = "".join(f"    {line.strip()}\n" for line in cap.description.splitlines()
+                                if line.strip())
             out.write(f"{cap.key:32} {method:6} {target}\n"
-                      f"    source: {cap.source}{flags}\n    {cap.description}\n")
+                      f"    source: {cap.source}{flags}\n{described}")
         if catalog.skipped:
             out.write(f"({len(catalog.skipped)} operation(s) left out: dagwright tools --skipped)\n")
     finally:

@@ -4,7 +4,7 @@ A dataset is a JSONL file (one case a line; blank lines are skipped) or a YAML f
 list of cases, or ``{cases: [...]}``). Each case is at least ``{"id", "query"}``, with an
 ``expect`` saying what its run must show — the run's status, the calls that must and
 must not be made, checks on step outputs and on the answer — and may carry a ``plan``
-(execution alone is measured) and a ``context`` (for the run, once the engine takes one).
+(execution alone is measured) and a ``context`` (the run's context: docs/context.md).
 
 Everything is checked when the file is read, every problem named with the file, the line
 (JSONL) or the case's index (YAML), the case id and the field: a JSON Schema that is not

@@ -9,6 +9,12 @@ from orchestration.errors import ConfigError
 from orchestration.llm.base import LLMClient
 from orchestration.llm.scripted import ScriptedLLM, answer_by_rules, rules_from_json
 
+# said when the provider is openai by default, not by choice: a first run without any LLM
+# settings should learn that a model is expected, and what to try without one
+_UNSET_PROVIDER = (" (openai is the default, as ORCH_LLM_PROVIDER is unset: point "
+                   "ORCH_LLM_BASE_URL and ORCH_LLM_MODEL at an OpenAI-compatible server, or "
+                   "set ORCH_LLM_PROVIDER=anthropic; `dagwright demo` needs no model)")
+
 
 def client_from_config(config: OrchestratorConfig) -> LLMClient:
     """The client for ``ORCH_LLM_PROVIDER``; raises :class:`ConfigError` naming what is missing."""
@@ -29,7 +35,8 @@ def client_from_config(config: OrchestratorConfig) -> LLMClient:
         except OSError as exc:
             raise ConfigError(f"{source}: {exc}") from exc
     if not config.llm_model:
-        raise ConfigError(f"ORCH_LLM_PROVIDER={config.llm_provider} needs ORCH_LLM_MODEL")
+        raise ConfigError(f"ORCH_LLM_PROVIDER={config.llm_provider} needs ORCH_LLM_MODEL"
+                          + _UNSET_PROVIDER * ("llm_provider" not in config.model_fields_set))
     structured = config.llm_structured_output
     if config.llm_provider == "anthropic":
         from orchestration.llm.anthropic import AnthropicClient
@@ -50,7 +57,9 @@ def client_from_config(config: OrchestratorConfig) -> LLMClient:
     from orchestration.llm.openai_compat import OpenAICompatibleClient
 
     if not config.llm_base_url:
-        raise ConfigError("ORCH_LLM_PROVIDER=openai needs ORCH_LLM_BASE_URL (e.g. https://api.openai.com/v1)")
+        raise ConfigError("ORCH_LLM_PROVIDER=openai needs ORCH_LLM_BASE_URL (e.g. "
+                          "https://api.openai.com/v1)"
+                          + _UNSET_PROVIDER * ("llm_provider" not in config.model_fields_set))
     return OpenAICompatibleClient(
         base_url=config.llm_base_url,
         model=config.llm_model,

@@ -39,6 +39,7 @@ import logging
 import os
 import re
 import shlex
+import shutil
 import sys
 import threading
 from collections.abc import Mapping, Sequence
@@ -163,7 +164,8 @@ STDERR_TAIL_LINES = 20
 class _StderrTail:
     """A stdio server's stderr: read by a thread into the last lines (and the debug log)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, command: Sequence[str] = ()) -> None:
+        self._command = list(command)
         read_fd, write_fd = os.pipe()
         self.file = os.fdopen(write_fd, "w")  # handed to the server process as its stderr
         self._reader = os.fdopen(read_fd, "r", errors="replace")
@@ -204,7 +206,7 @@ class _StderrTail:
     def explain(self, fallback: str) -> str:
         """What a user acts on: the start failure or exit code and the last stderr lines."""
         if self.start_failure:
-            head = f"the server {self.start_failure}"
+            head = f"the server {self.start_failure}{_not_found_hint(self._command)}"
         elif self.exit_code is not None:
             head = (f"the server exited with code {self.exit_code} before it answered"
                     if self.exit_code else "the server exited (code 0) before it answered")
@@ -216,6 +218,19 @@ class _StderrTail:
         elif self.exit_code is not None:
             head += " (it wrote nothing on stderr)"
         return head
+
+
+def _not_found_hint(command: Sequence[str]) -> str:
+    """What to do about a command that is not on PATH. A server installed with pip into
+    dagwright's own virtualenv is beside its Python, yet off PATH when that virtualenv
+    is not activated (``.venv/bin/dagwright run`` as the README types it)."""
+    if not command or os.sep in command[0] or shutil.which(command[0]) is not None:
+        return ""
+    beside = os.path.join(os.path.dirname(sys.executable), command[0])
+    if os.path.isfile(beside) and os.access(beside, os.X_OK):
+        return (f" ({command[0]!r} is not on PATH, but dagwright's virtualenv has {beside}: "
+                "write that path as the command, or activate the virtualenv)")
+    return f" ({command[0]!r} is not on PATH: write its full path as the command, or install it)"
 
 
 class _Unavailable(Exception):
@@ -743,7 +758,7 @@ class MCPServerSource:
 
     async def _enter_client(self, stack: contextlib.AsyncExitStack, session: _Session) -> Client:
         if self.command is not None:
-            session.stderr = tail = _StderrTail(self.name)
+            session.stderr = tail = _StderrTail(self.name, self.command)
             stack.callback(tail.close)
             launcher = _LAUNCHER.replace("{MARK}", _MARK)
             params = StdioServerParameters(

@@ -38,6 +38,25 @@ def test_tools_lists_the_example_catalog() -> None:
     assert "currency.convert" in out.getvalue() and "http://127.0.0.1:8701/convert" in out.getvalue()
 
 
+def test_tools_indents_every_line_of_a_description_and_skips_an_empty_one(tmp_path: Path) -> None:
+    """A new user listed a real OpenAPI document: descriptions of several paragraphs ran
+    out to the left margin between capabilities, and an empty one left a blank line."""
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(
+        "tools:\n- name: t\n  base_url: http://127.0.0.1:9\n  capabilities:\n"
+        "  - name: long\n    path: /long\n    description: |\n      First paragraph.\n\n"
+        "      Second paragraph.\n"
+        "  - name: bare\n    path: /bare\n    description: ''\n")
+    out = io.StringIO()
+    assert main(["tools", "--catalog", str(catalog)], out=out) == 0
+    lines = out.getvalue().splitlines()
+    at = lines.index(next(line for line in lines if line.startswith("t.long")))
+    assert lines[at + 2:at + 4] == ["    First paragraph.", "    Second paragraph."]
+    assert lines[at + 4].startswith("t.bare") and lines[at + 5].startswith("    source:")
+    assert lines[at + 6:] == []  # no line for the empty description
+    assert all(line.strip() for line in lines), lines
+
+
 def _env_for(tmp_path: Path, demo_urls: dict[str, str], answers: list[object]) -> dict[str, str]:
     import json
     import os

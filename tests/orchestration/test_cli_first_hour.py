@@ -236,3 +236,126 @@ def test_a_run_cancelled_while_planning_is_not_a_planning_failure() -> None:
     assert exit_code_of(cancelled) == EXIT_RUN_FAILED
     failed = RunResult(run_id="r", query="q", status="failed", error="planning failed: ...")
     assert exit_code_of(failed) == EXIT_PLANNING
+
+
+def test_a_tenant_s_session_asked_for_without_the_tenant_names_it(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    """A new user ran `run --context tenant=acme --session s1` and then `sessions show s1`:
+    'no session', though it was there. Sessions are per tenant; the answer says whose."""
+    plan = {"steps": [{"id": "q", "tool": "stocks", "capability": "quote",
+                       "params": {"symbol": "TSLA"}}]}
+    env = environment(tools, tmp_path, approval=False, answers=[plan])
+    done = dagwright(env, "run", "-q", "--context", "tenant=acme", "--session", "s1", "quote")
+    assert done.returncode == 0, done.stderr
+
+    shown = dagwright(env, "sessions", "show", "s1")
+    assert shown.returncode == 2
+    assert "no session 's1' without a tenant; sessions are per tenant, and tenant acme has one" \
+        in shown.stderr
+    assert "next: `dagwright sessions show s1 --tenant acme`" in shown.stderr
+    assert dagwright(env, "sessions", "show", "s1", "--tenant", "acme").returncode == 0
+
+    listed = dagwright(env, "runs", "list", "--session", "s1")
+    assert listed.returncode == 0, listed.stderr
+    assert "session 's1' has runs under tenant acme: add --tenant acme" in listed.stdout
+    assert "no session 'other'" in dagwright(env, "sessions", "show", "other").stderr
+
+
+def test_a_run_whose_process_stopped_is_listed_with_where_its_steps_are(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    """A new user killed a run mid-payment: `runs list` said 'no steps' (the counts are
+    written when a run ends) while `runs show` listed the quote it had finished."""
+    from tests.support.side_effects import pay_plan
+
+    env = environment(tools, tmp_path, approval=False, answers=[pay_plan()])
+    tools.hold.set()
+    proc = subprocess.Popen([sys.executable, "-m", "orchestration", "run", "-q",
+                             "pay for one share"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert tools.arrived.wait(30), "the payment never reached the tool"
+    finally:
+        proc.kill()
+        out, _ = proc.communicate(timeout=10)
+        tools.hold.clear()
+        tools.release.set()
+    run_id = out.splitlines()[0].split()[1]
+    listed = dagwright(env, "runs", "list")
+    line = listed.stdout.splitlines()[0]
+    assert line.startswith(run_id) and " running " in line, listed.stdout
+    assert line.endswith("steps so far: `dagwright runs show`") and "no steps" not in line
+    assert "✔ quote [stocks.quote] succeeded" in dagwright(env, "runs", "show", run_id).stdout
+
+
+def test_the_note_of_an_approval_is_shown_with_its_attempt(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    """A new user approved with --note and found the note in `runs show --json` only."""
+    from tests.support.side_effects import pay_plan
+
+    env = environment(tools, tmp_path, approval=True, answers=[pay_plan()])
+    paused = dagwright(env, "run", "-q", "pay for one share")
+    run_id = paused.stdout.splitlines()[0].split()[1]
+    done = dagwright(env, "approve", run_id, "pay", "--note", "capped by finance")
+    assert done.returncode == 0, done.stderr
+    shown = dagwright(env, "runs", "show", run_id).stdout
+    assert "#1 layer=approval outcome=succeeded" in shown
+    assert "note: approved by a person: capped by finance" in shown
+
+
+def test_every_argument_of_every_command_says_what_it_is() -> None:
+    """A new user read `dagwright approve --help`: `run_id`, `--note NOTE` and `--json`
+    with nothing beside them (and the same in plan, reject, resume, runs, sessions)."""
+    import argparse
+
+    from orchestration.cli import build_parser
+
+    def bare(parser: argparse.ArgumentParser, path: str) -> list[str]:
+        found = []
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    found += bare(sub, f"{path} {name}")
+            elif not action.help and action.dest != "help":
+                found.append(f"{path}: {action.dest}")
+        return found
+
+    assert bare(build_parser(), "dagwright") == []
+    # a run id is said to take a prefix wherever it is asked for, as the README promises
+    commands = next(a for a in build_parser()._actions
+                    if isinstance(a, argparse._SubParsersAction)).choices
+    for name in ("approve", "reject", "resume", "debug"):
+        assert "the run id (or a unique prefix of it)" in commands[name].format_help(), name
+
+
+def test_a_first_run_without_llm_settings_learns_openai_is_only_the_default(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    """A new user's first `dagwright run` read 'ORCH_LLM_PROVIDER=openai needs
+    ORCH_LLM_MODEL' without having named openai anywhere."""
+    env = environment(tools, tmp_path, approval=False, answers=[])
+    for name in ("ORCH_LLM_PROVIDER", "ORCH_LLM_SCRIPT"):
+        env.pop(name)
+    unset = dagwright(env, "run", "hello")
+    assert unset.returncode == 2
+    assert ("ORCH_LLM_PROVIDER=openai needs ORCH_LLM_MODEL (openai is the default, as "
+            "ORCH_LLM_PROVIDER is unset: point ORCH_LLM_BASE_URL and ORCH_LLM_MODEL at an "
+            "OpenAI-compatible server") in unset.stderr
+    chosen = dagwright({**env, "ORCH_LLM_PROVIDER": "openai"}, "run", "hello")
+    assert chosen.returncode == 2 and "is the default" not in chosen.stderr
+    assert "ORCH_LLM_PROVIDER=openai needs ORCH_LLM_MODEL" in chosen.stderr
+
+
+def test_refused_credentials_say_what_to_correct_without_talk_of_workflows(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    env = environment(tools, tmp_path, approval=False, answers=[])
+    (tmp_path / "creds.json").write_text(json.dumps({"nosuch": {"X-Key": "k-123456"}}))
+    refused = dagwright(env, "run", "--credentials-file", str(tmp_path / "creds.json"), "x")
+    assert refused.returncode == 2
+    assert "credentials for 'nosuch': the catalog has no tool, source or capability" \
+        in refused.stderr
+    assert "next: correct what it names; nothing was recorded or sent" in refused.stderr
+    assert "k-123456" not in refused.stderr + refused.stdout

@@ -264,6 +264,13 @@ def test_a_planned_run_saved_as_a_workflow_runs_again_with_other_inputs_and_no_p
     assert [r.body for r in demo_tools["weather"].requests_to("/geocode")] == [
         {"location": "Berlin"}]
     assert len(result["workflow"]["outputs"]["fc"]["daily"]) == 3
+    # an input it does not declare: refused, and the next step says where they are listed
+    wrong = _cli(["run", "--workflow", "paris-weather", "--input", "colour=red"], env)
+    assert wrong.returncode == 2
+    assert "input 'colour' is not an input of the workflow (inputs: location, days)" \
+        in wrong.stderr
+    assert "next: correct what it names (a workflow's inputs: `dagwright workflows` lists " \
+        "them); nothing was recorded or sent" in wrong.stderr
 
     # and through the Python API
     orch = Orchestrator(Catalog.from_file(catalog), ScriptedLLM([]), OrchestratorConfig(

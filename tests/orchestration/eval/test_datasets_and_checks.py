@@ -170,3 +170,16 @@ def test_paths_read_like_jsonpath() -> None:
     assert parse_path("[2]") == (2,)
     with pytest.raises(ValueError, match=r"use \.name, \[index\] or \[\*\]"):
         parse_path("daily[x]")
+
+
+def test_a_context_the_engine_refuses_makes_its_case_an_error_naming_it() -> None:
+    """docs/eval.md once said no context could be taken; a new user's context case ran.
+    What the page now says: a valid one goes with the run, a refused one is an error."""
+    results = _run([
+        {"id": "nested", "query": "q", "context": {"user": {"name": "ada"}}},
+        {"id": "flat", "query": "q", "context": {"user": "ada"}},
+    ])
+    nested = results["nested"]
+    assert nested.outcome == "error" and nested.status is None  # nothing of it ran
+    assert nested.error is not None and "context.user" in nested.error
+    assert results["flat"].outcome == "passed"

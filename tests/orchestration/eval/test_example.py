@@ -188,3 +188,20 @@ def test_eval_runs_are_in_the_run_store_like_any_run(
     listing = io.StringIO()
     assert main(["runs", "list", "--limit", "100"], out=listing) == 0
     assert sum(1 for line in listing.getvalue().splitlines() if line.startswith("eval-")) == 12
+
+
+def test_a_baseline_that_is_not_there_is_refused_before_any_case_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user typed --baseline with a directory no eval had written: the refusal's
+    next step sent them to the ORCH_* settings page. It says how to make a baseline, and
+    comes before a case is run (and a real model paid)."""
+    missing = tmp_path / "nothere"
+    progress = io.StringIO()
+    code = main(["eval", str(DATASET), "--config", f"layers-on={EXAMPLE / 'layers-on.env'}",
+                 "--replay", str(SHIPPED), "--baseline", str(missing)], out=progress)
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"no eval report at {missing}" in err
+    assert "next: make a baseline first: `dagwright eval DATASET --report DIR`" in err
+    assert "ORCH_" not in err and "[1]" not in err  # no case ran
+    assert progress.getvalue() == ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
+from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
@@ -162,3 +163,40 @@ def test_what_cannot_be_described_is_a_clear_error() -> None:
         def opaque(thing: Opaque) -> None:
             pass
     assert len(catalog) == 0
+
+
+def test_the_catalog_file_form_in_tools_md_loads_and_runs_as_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new user looked for how to put a Python tool in a catalog file in tools.md and
+    found only code; the page now shows the file form, which must load as written."""
+    import re
+    import sys
+
+    from tests import ROOT
+
+    page = (ROOT / "docs" / "tools.md").read_text(encoding="utf-8")
+    snippet = next(b for b in re.findall(r"```yaml\n(.*?)```", page, re.S)
+                   if "function: pricing:price" in b)
+    (tmp_path / "catalog.yaml").write_text(snippet)
+    (tmp_path / "pricing.py").write_text(
+        'def price(sku: str, quantity: int = 1) -> dict:\n'
+        '    """Total price of a quantity of an item, in EUR."""\n'
+        '    return {"sku": sku, "total_eur": 2.5 * quantity}\n')
+    monkeypatch.delitem(sys.modules, "pricing", raising=False)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the folder the catalog adds goes away
+    catalog = Catalog.from_file(tmp_path / "catalog.yaml")
+    try:
+        cap = catalog.get("pricing", "price")
+        assert cap.source.startswith("file:") and cap.source.endswith("catalog.yaml")
+        assert cap.description == "Total price of a quantity of an item, in EUR."
+        assert cap.input_schema["required"] == ["sku"]
+        orch = orchestrator(catalog, [{"steps": [{"id": "p", "tool": "pricing",
+                                                  "capability": "price",
+                                                  "params": {"sku": "A1", "quantity": "4"}}]}],
+                            store_url="memory://")
+        result = orch.run("price of 4 A1")
+        orch.close()
+        assert result.status == "succeeded" and result.steps["p"].output == {
+            "sku": "A1", "total_eur": 10.0}
+    finally:
+        sys.modules.pop("pricing", None)

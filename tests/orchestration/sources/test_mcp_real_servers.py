@@ -4,6 +4,7 @@ by layer 3, a server that reports failures as plain text, a server that dies at 
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -216,6 +217,30 @@ def test_a_server_that_dies_at_start_says_its_exit_code_and_stderr() -> None:
     assert "_Unavailable" not in text and "Connection closed" not in text
     with pytest.raises(CatalogError, match=r"cannot start '/nonexistent/mcp-server': No such file"):
         Catalog().add_mcp_server("ghost", command=["/nonexistent/mcp-server"], connect_timeout_s=20)
+
+
+def test_a_server_installed_beside_dagwright_but_off_path_is_named_by_its_path(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new user pip-installed mcp-server-time into dagwright's virtualenv and ran
+    `.venv/bin/dagwright tools` without activating it: 'No such file or directory'. The
+    message now gives the path that works."""
+    beside = Path(sys.executable).with_name("mcp-server-time")
+    if not beside.exists():
+        pytest.skip("mcp-server-time is not installed beside this Python")
+    path = [d for d in os.environ["PATH"].split(os.pathsep)
+            if Path(d).resolve() != beside.parent.resolve()]
+    monkeypatch.setenv("PATH", os.pathsep.join(path))
+    with pytest.raises(CatalogError) as caught:
+        Catalog().add_mcp_server("time", command=["mcp-server-time"], connect_timeout_s=20)
+    assert (f"cannot start 'mcp-server-time': No such file or directory ('mcp-server-time' is "
+            f"not on PATH, but dagwright's virtualenv has {beside}: write that path as the "
+            "command, or activate the virtualenv)") in str(caught.value)
+    catalog = Catalog()
+    catalog.add_mcp_server("time", command=[str(beside)], connect_timeout_s=20)
+    try:
+        assert "time.get_current_time" in [c.key for c in catalog]
+    finally:
+        catalog.close()
 
 
 LEGACY_SQLITE = Path(__file__).resolve().parents[3] / ".venv-mcp1" / "bin" / "mcp-server-sqlite"

@@ -164,6 +164,10 @@ def assert_outcome(tools: SideEffectTools, outcome: dict[str, Any], stored: dict
             assert pay.status == "unknown" and pay.error is not None
             assert pay.error.code == "OUTCOME_UNKNOWN"
             assert pay.error.details["request"] == {"amount": 250.0, "to": "broker"}
+            # the call left with its worker: a sent call that failed, not one a guard
+            # stopped before it left (a new user read 'not_sent' beside 'may have happened')
+            assert [(a.outcome, a.error.request_sent if a.error else None)
+                    for a in pay.attempts] == [("failed", True)]
             assert receipt.status == "skipped" and results[run_id].status == "partial"
         else:
             assert pay.status == "succeeded" and receipt.status == "succeeded"

@@ -1,0 +1,97 @@
+"""The ``next:`` line under a run that did not succeed says what to do about *its* cause.
+
+A new user's first hour: a run killed mid-payment and resumed, a call a person rejected,
+a tool that was not running — each was told to "set ORCH_LLM_DEBUG_ENABLED=true and run
+again", which for the payment would send it a second time. Real processes, the CLI as
+typed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from orchestration.cli import EXIT_AWAITING_APPROVAL, EXIT_RUN_FAILED
+from tests.support.side_effects import SideEffectTools, pay_plan
+
+RUN_AGAIN = "ORCH_LLM_DEBUG_ENABLED=true and run again"
+
+
+def environment(tmp_path: Path, catalog: dict[str, Any], plan: dict[str, Any]) -> dict[str, str]:
+    (tmp_path / "catalog.json").write_text(json.dumps(catalog))
+    (tmp_path / "script.json").write_text(json.dumps([plan]))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    return {**env, "ORCH_CATALOG": str(tmp_path / "catalog.json"),
+            "ORCH_STORE_URL": f"sqlite:///{tmp_path}/runs.db", "ORCH_LLM_PROVIDER": "scripted",
+            "ORCH_LLM_SCRIPT": str(tmp_path / "script.json"), "ORCH_SYNTHESIS_ENABLED": "false"}
+
+
+def dagwright(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "orchestration", *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def next_line(stdout: str) -> str:
+    lines = [line for line in stdout.splitlines() if line.startswith("  next: ")]
+    assert len(lines) == 1, stdout
+    return lines[0]
+
+
+def test_a_payment_that_may_have_happened_is_not_to_be_run_again(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    env = environment(tmp_path, tools.catalog(), pay_plan())
+    tools.hold.set()
+    proc = subprocess.Popen([sys.executable, "-m", "orchestration", "run", "-q", "pay"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert tools.arrived.wait(30), "the payment never reached the tool"
+    finally:
+        proc.kill()
+        out, _ = proc.communicate(timeout=10)
+    tools.hold.clear()
+    tools.release.set()
+    run_id = out.splitlines()[0].split()[1]
+
+    resumed = dagwright(env, "resume", run_id)
+    assert resumed.returncode == EXIT_RUN_FAILED, resumed.stderr
+    advice = next_line(resumed.stdout)
+    assert "the call of 'pay' (bank.pay) may have happened: check with the tool" in advice
+    assert f"`dagwright runs show {run_id} --json`" in advice
+    assert RUN_AGAIN not in advice
+    assert tools.executed["/pay"] == 1
+
+
+def test_a_rejected_call_is_a_decision_not_a_failure_to_debug(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    catalog = tools.catalog()
+    catalog["tools"][1]["capabilities"][0]["requires_approval"] = True
+    env = environment(tmp_path, catalog, pay_plan())
+    paused = dagwright(env, "run", "-q", "pay")
+    assert paused.returncode == EXIT_AWAITING_APPROVAL, paused.stderr
+    run_id = paused.stdout.splitlines()[0].split()[1]
+
+    rejected = dagwright(env, "reject", run_id, "pay", "--note", "wrong broker")
+    assert rejected.returncode == EXIT_RUN_FAILED, rejected.stderr
+    advice = next_line(rejected.stdout)
+    assert "'pay' (bank.pay) was rejected by a person (nothing was sent)" in advice
+    assert RUN_AGAIN not in advice
+    assert "/pay" not in tools.executed
+
+
+def test_a_tool_that_is_not_running_is_named_with_where_to_look(
+    tools: SideEffectTools, tmp_path: Path, closed_port_url: str,
+) -> None:
+    catalog = tools.catalog()
+    catalog["tools"][0]["base_url"] = closed_port_url  # stocks is down
+    env = environment(tmp_path, catalog, pay_plan())
+    done = dagwright(env, "run", "-q", "pay")
+    assert done.returncode == EXIT_RUN_FAILED, done.stderr
+    advice = next_line(done.stdout)
+    assert "the tool of 'quote' (stocks.quote) did not answer: check that it is running" in advice
+    assert RUN_AGAIN not in advice
