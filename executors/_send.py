@@ -77,6 +77,9 @@ async def send(
         if extra:
             assert credentials is not None
             result = credentials.scrub(result)  # a tool that echoed one back
+        # the catalog's credentials and the LLM key, echoed back: masked before anything
+        # keeps the answer (its output, the run store, the answer prompt)
+        result = result.with_echoes_masked(getattr(services.observer, "redactor", None))
         call.answered(result)
     for transition in result.circuit:  # this call opened, probed or closed the breaker
         services.events.emit("circuit_changed", step_id=state.step.id, tool=transition.tool,

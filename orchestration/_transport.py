@@ -42,6 +42,7 @@ from orchestration.circuit import CircuitBreakers, CircuitTransition
 from orchestration.errors import ToolFailed
 from orchestration.logging_setup import protect_logger
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError, classify_http_response
+from orchestration.redaction import Redactor
 
 if TYPE_CHECKING:
     from orchestration.config import OrchestratorConfig
@@ -66,6 +67,27 @@ class CallResult:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    def with_echoes_masked(self, redactor: Redactor | None) -> CallResult:
+        """This result with every secret ``redactor`` knows by value (a catalog's or a
+        run's credentials, the LLM key) masked wherever the tool echoed one back — in its
+        data or its error —, the document's shape kept. The engine keeps what this returns
+        (outputs, the run store, prompts to the LLM): a tool's echo of a credential the
+        engine sent it is never worth keeping, and nothing downstream needs it back."""
+        literals = redactor.known_secrets() if redactor is not None else ()
+        if not literals:
+            return self
+        assert redactor is not None
+        text = f"{self.data!r}{self.error!r}"
+        if not any(literal in text for literal in literals):
+            return self
+        if self.data is not None:
+            self.data = redactor.redact_value(self.data)
+        if self.error is not None:
+            self.error = self.error.model_copy(update={
+                "message": redactor.redact(self.error.message),
+                "details": redactor.redact_value(self.error.details)})
+        return self
 
 
 @dataclass(slots=True)

@@ -135,21 +135,7 @@ class RunCredentials:
     def scrub(self, result: CallResult) -> CallResult:
         """``result`` with every value of this run's credentials masked wherever a tool
         echoed one back (its data, its error), the document's shape kept."""
-        redactor = self._redactor
-        if redactor is None:
-            return result
-        literals = redactor.known_secrets()
-        text = f"{result.data!r}{result.error!r}"
-        if not any(literal in text for literal in literals):
-            return result
-        if result.data is not None:
-            result.data = redactor.redact_value(result.data)
-        if result.error is not None:
-            error = result.error
-            result.error = error.model_copy(update={
-                "message": redactor.redact(error.message),
-                "details": redactor.redact_value(error.details)})
-        return result
+        return result.with_echoes_masked(self._redactor)
 
     def needed_by(self, capabilities: Iterable[Capability]) -> list[str]:
         """The required names missing from this execution that ``capabilities`` use."""

@@ -153,6 +153,8 @@ class RunActivities:
             result = await heartbeating(transport.call(
                 capability, params, timeout_s=float(request["timeout_s"]), headers=headers,
                 trace=trace))
+            # the worker's catalog credentials echoed back never enter the history
+            result = result.with_echoes_masked(self.observer.redactor)
             call.answered(result)
         answer = call_result_to_payload(result)
         if slot is not None and trace is not None and trace.dispatched:

@@ -218,7 +218,9 @@ def test_a_capability_added_after_the_orchestrator_is_built_is_redacted(
                      headers={"X-Api-Key": HEADER_SECRET})
     hostile_tool.always("/late", Reply(500, raw=f"rejected key {HEADER_SECRET}".encode()))
     result = orch.run("q", plan={"steps": [{"id": "a", "tool": "late", "capability": "x"}]})
-    assert HEADER_SECRET in result.steps["a"].error.message  # the caller's own result keeps it
+    # the tool echoed the catalog's own key: masked before the run keeps its answer
+    assert HEADER_SECRET not in result.steps["a"].error.message
+    assert "rejected key" in result.steps["a"].error.message
     assert_nowhere(sinks, HEADER_SECRET)
 
 

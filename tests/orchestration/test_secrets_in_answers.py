@@ -19,6 +19,7 @@ from orchestration import Catalog, Orchestrator, OrchestratorConfig, ScriptedLLM
 from orchestration.cli import main as cli_main
 from orchestration.redaction import DEFAULT_REDACTOR
 from orchestration.store import open_store
+from tests.openapi.recording_server import RecordingServer
 from tests.orchestration.server.live import live_server
 
 TOKEN = "tok_live_Zq81kd93Jd82ksPq"
@@ -190,3 +191,32 @@ def test_runs_show_json_keeps_a_payment_replys_structure(
     assert output["headers"]["Authorization"] == "[REDACTED]"
     for secret in ("ck-Secret-31337", "tk-Secret-4242"):
         assert secret not in out.getvalue()
+
+
+def test_a_catalog_credential_a_tool_echoes_back_is_kept_nowhere(tmp_path: Path) -> None:
+    """A tool that echoes the key the catalog sends it, under an innocent name: the value
+    is masked before the run keeps the answer — not in the caller's result, the run
+    store's files or the answer prompt sent to the LLM — and the rest of the answer is
+    kept as it came."""
+    secret = "kx_live_Wq72jd81Ks0pPlain"
+    with RecordingServer(answer={"echo": secret, "balance": 12}) as bank:
+        catalog = Catalog()
+        catalog.add_http(tool="bank", capability="balance", url=bank.url + "/balance",
+                         method="GET", headers={"X-Api-Key": secret})
+        llm = ScriptedLLM(lambda request: {"steps": [
+            {"id": "b", "tool": "bank", "capability": "balance", "params": {}}]}
+            if request.purpose == "plan" else "the balance is 12")
+        orch = Orchestrator(catalog, llm, OrchestratorConfig(
+            store_url=f"sqlite:///{tmp_path / 'runs.db'}"))
+        try:
+            result = orch.run("what is my balance?")
+        finally:
+            orch.close()
+        assert bank.requests[0].headers["x-api-key"] == secret  # it really was sent
+    assert result.status == "succeeded"
+    output = result.steps["b"].output
+    assert output["balance"] == 12 and output["echo"] != secret
+    assert secret not in json.dumps(result.to_dict())
+    assert secret not in llm.requests_for("synthesis")[0].prompt_text
+    for stored in tmp_path.iterdir():  # the database and its journal files
+        assert secret.encode() not in stored.read_bytes(), stored.name
