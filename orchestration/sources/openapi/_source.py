@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import re
 from collections.abc import Mapping, Sequence
@@ -27,10 +26,23 @@ from urllib.parse import urljoin
 import httpx
 from pydantic import ValidationError
 
+from orchestration._json import (
+    MAX_DEPTH_CEILING,
+    UnreadableJSON,
+    decode,
+    depth_problem,
+    is_limit,
+)
 from orchestration._transport import CallResult
 from orchestration.capability import IDEMPOTENT_METHODS, Capability
 from orchestration.errors import CatalogError
-from orchestration.protocol import ErrorCategory, ErrorSource, StepError, classify_http_response
+from orchestration.protocol import (
+    MALFORMED_RESPONSE,
+    ErrorCategory,
+    ErrorSource,
+    StepError,
+    classify_http_response,
+)
 from orchestration.sources import SourceListing, SourceNote
 from orchestration.sources._runtime import SourceClosed, SourceRuntime
 from orchestration.sources.openapi import _swagger2 as swagger2
@@ -728,14 +740,28 @@ def _fault(category: ErrorCategory, code: str, message: str, *, sent: bool) -> C
 
 def classify_answer(status: int, body: bytes, headers: dict[str, str]) -> CallResult:
     """A plain REST answer: 2xx → its JSON (or text, or None when empty); an error status
-    → the protocol's status table, with a 400/422 body kept in ``details["body"]``."""
+    → the protocol's status table, with a 400/422 body kept in ``details["body"]``.
+
+    The body is read by the engine's bounded decoder, as an HTTP tool's is: a 2xx body
+    holding what JSON cannot carry on (non-finite numbers, a lone surrogate, nesting past
+    the deepest ``ORCH_MAX_JSON_DEPTH`` allows) is a ``MALFORMED_RESPONSE``; the
+    transport checks the configured depth and size of what is read."""
     content_type = {k.lower(): v for k, v in headers.items()}.get("content-type", "")
     text = body.decode("utf-8", errors="replace")
     parsed: Any = None
     is_json = False
     if text.strip():
-        with contextlib.suppress(ValueError):
-            parsed, is_json = json.loads(text), True
+        try:
+            parsed, is_json = decode(text, max_depth=MAX_DEPTH_CEILING), True
+        except UnreadableJSON as exc:
+            if is_limit(exc) and 200 <= status < 300:
+                problem = (f"JSON nested deeper than {MAX_DEPTH_CEILING} levels, the most "
+                           "ORCH_MAX_JSON_DEPTH allows"
+                           if str(exc) == depth_problem(MAX_DEPTH_CEILING) else str(exc))
+                return CallResult(error=StepError(
+                    category=ErrorCategory.INVALID_RESPONSE, code=MALFORMED_RESPONSE,
+                    source=ErrorSource.RESPONSE, http_status=status,
+                    message=f"HTTP {status}: malformed answer ({problem}): {text[:200]!r}"))
     if 200 <= status < 300:
         if not text.strip():
             return CallResult(data=None)
