@@ -21,9 +21,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from orchestration._data_files import DataFileError, read_data_file, read_text_file
 from orchestration._schema import check_schema_errors
 from orchestration._text import closest
 from orchestration.errors import ConfigError
@@ -279,14 +279,14 @@ class Dataset(BaseModel):
         cases, or ``{"cases": [...]}``); raises :class:`DatasetError` naming what is wrong."""
         file = Path(path)
         try:
-            raw = file.read_bytes()
-        except OSError as exc:
-            raise DatasetError(f"cannot read the dataset {file}: {exc.strerror or exc}") from None
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise DatasetError(f"{file}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-        cases = _jsonl_cases(file, text) if file.suffix == ".jsonl" else _document_cases(file, text)
+            if file.suffix == ".jsonl":  # one case a line
+                text, raw = read_text_file(file, "dataset")
+                cases = _jsonl_cases(file, text)
+            else:
+                data, raw = read_data_file(file, "dataset")
+                cases = _document_cases(file, data)
+        except DataFileError as exc:
+            raise DatasetError(str(exc)) from None
         return _dataset(name=file.stem, cases=cases, path=str(file),
                         sha256=hashlib.sha256(raw).hexdigest(), where=str(file))
 
@@ -350,12 +350,7 @@ def _jsonl_cases(file: Path, text: str) -> list[Case]:
     return cases
 
 
-def _document_cases(file: Path, text: str) -> list[Case]:
-    try:
-        data = json.loads(text) if file.suffix == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise DatasetError(f"{file}: cannot be read as {file.suffix.lstrip('.') or 'YAML'}: "
-                           f"{exc}") from None
+def _document_cases(file: Path, data: Any) -> list[Case]:
     if isinstance(data, dict) and set(data) == {"cases"}:
         data = data["cases"]
     if not isinstance(data, list):
