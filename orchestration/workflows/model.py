@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from orchestration._data_files import DataFileError, read_data_file
 from orchestration._text import describe_validation_error
 from orchestration.errors import WorkflowError
-from orchestration.plan import STEP_ID_PATTERN
+from orchestration.plan import Step
 from orchestration.result import SynthesisStrategy
 
 __all__ = ["INPUTS", "NAME_PATTERN", "Workflow", "WorkflowAnswer", "WorkflowStep",
@@ -57,20 +57,12 @@ SUFFIXES = (".yaml", ".yml", ".json")
 MAX_FILE_BYTES = 1_000_000
 
 
-class WorkflowStep(BaseModel):
-    """One step: a plan step, with the per-step settings a workflow file may give."""
+class WorkflowStep(Step):
+    """One step: a plan step, with the per-step settings a plan step has. A file is
+    written by a person, so a key a plan step does not have is an error here (a
+    planner's extra keys are ignored)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-    id: str = Field(pattern="^" + STEP_ID_PATTERN + "$", max_length=128)
-    tool: str
-    capability: str
-    params: dict[str, Any] = Field(default_factory=dict)
-    depends_on: list[str] = Field(default_factory=list)
-    description: str | None = None
-    retry: dict[str, Any] | None = None
-    timeout_s: float | None = Field(None, gt=0)
-    requires_approval: bool | None = None
 
 
 class WorkflowAnswer(BaseModel):
