@@ -76,7 +76,20 @@ def _check_schema(schema: dict[str, Any] | None, what: str) -> dict[str, Any] | 
     return schema
 
 
-class CallExpectation(BaseModel):
+class _NamesACapability(BaseModel):
+    """A check that names a capability as a reader writes it: ``capability:
+    "tool.capability"`` without ``tool`` is read as both."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dotted(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "tool" not in data and "." in str(data.get("capability", "")):
+            tool, _, capability = str(data["capability"]).partition(".")
+            return {**data, "tool": tool, "capability": capability}
+        return data
+
+
+class CallExpectation(_NamesACapability):
     """A call of ``tool.capability``: made when some attempt that reached the tool was sent
     with every value of ``params`` (numbers compare by value: ``7`` matches ``7.0``) and
     with parameters ``params_schema`` (a JSON Schema of the whole parameter object)
@@ -89,13 +102,6 @@ class CallExpectation(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
     params_schema: dict[str, Any] | None = None
 
-    @model_validator(mode="before")
-    @classmethod
-    def _dotted(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "tool" not in data and "." in str(data.get("capability", "")):
-            tool, _, capability = str(data["capability"]).partition(".")
-            return {**data, "tool": tool, "capability": capability}
-        return data
 
     @field_validator("params_schema")
     @classmethod
@@ -113,7 +119,7 @@ class CallExpectation(BaseModel):
         return f"{self.key}({values}){schema}"
 
 
-class OutputCheck(BaseModel):
+class OutputCheck(_NamesACapability):
     """A check of a step's output: the value at ``path`` equals ``equals`` and/or matches the
     JSON Schema ``schema``. The step is named by its ``step`` id, or by ``capability``
     (``"tool.capability"``, or ``tool`` + ``capability``): then the check passes when the
@@ -129,13 +135,6 @@ class OutputCheck(BaseModel):
     equals: Any = None
     schema_: dict[str, Any] | None = Field(None, alias="schema")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _dotted(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "tool" not in data and "." in str(data.get("capability", "")):
-            tool, _, capability = str(data["capability"]).partition(".")
-            return {**data, "tool": tool, "capability": capability}
-        return data
 
     @model_validator(mode="after")
     def _complete(self) -> OutputCheck:
