@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from orchestration.errors import InvalidInput
 
 __all__ = ["MAX_KEYS", "MAX_VALUE_CHARS", "ApprovalCondition", "RunContext", "check_context",
-           "span_attributes"]
+           "context_text", "span_attributes"]
 
 MAX_KEYS = 32
 """Keys a context may have."""
@@ -101,6 +101,13 @@ def check_context(value: RunContext | Mapping[str, Any] | None) -> dict[str, Con
             raise InvalidInput(f"context.{known} must be text, not "
                                f"{type(checked[known]).__name__}")
     return checked or None
+
+
+def context_text(context: Mapping[str, Any] | None, key: str) -> str | None:
+    """The text value of ``key`` in a run's context — how the run's ``tenant`` and ``user``
+    are read wherever a context is kept (None: absent, or not text)."""
+    value = (context or {}).get(key)
+    return value if isinstance(value, str) else None
 
 
 def span_attributes(context: Mapping[str, ContextValue] | None) -> dict[str, ContextValue]:
