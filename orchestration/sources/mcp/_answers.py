@@ -55,9 +55,11 @@ _UNKNOWN_TOOL = re.compile(
 
 
 def _decode(text: str) -> Any:
+    """A text block as JSON when it is JSON, else as the text it is (nesting past the
+    decoder's recursion included; the transport checks what JSON it holds)."""
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return text
 
 
