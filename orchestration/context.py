@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from orchestration.errors import InvalidInput
 
 __all__ = ["MAX_KEYS", "MAX_VALUE_CHARS", "ApprovalCondition", "RunContext", "check_context",
-           "context_text", "span_attributes"]
+           "context_text"]
 
 MAX_KEYS = 32
 """Keys a context may have."""
@@ -108,13 +108,6 @@ def context_text(context: Mapping[str, Any] | None, key: str) -> str | None:
     are read wherever a context is kept (None: absent, or not text)."""
     value = (context or {}).get(key)
     return value if isinstance(value, str) else None
-
-
-def span_attributes(context: Mapping[str, ContextValue] | None) -> dict[str, ContextValue]:
-    """The context as span attributes: ``dagwright.context.<key>``."""
-    if not context:
-        return {}
-    return {f"dagwright.context.{key}": value for key, value in context.items()}
 
 
 _OPERATORS = frozenset({"eq", "ne", "in", "not_in", "gt", "gte", "lt", "lte", "exists"})
