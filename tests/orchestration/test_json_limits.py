@@ -24,9 +24,9 @@ from orchestration import (
     ScriptedLLM,
     ToolFailed,
 )
-from orchestration._transport import CallResult
 from orchestration.capability import Capability
 from orchestration.errors import ConfigError, InvalidInput
+from orchestration.sources import CallResult
 from tests.support.hostile_tools import Drip, HostileTool, Huge, Reply
 
 DEEP = "[" * 1000 + "]" * 1000
