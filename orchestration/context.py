@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from orchestration._text import not_unicode
 from orchestration.errors import InvalidInput
 
 __all__ = ["MAX_KEYS", "MAX_VALUE_CHARS", "ApprovalCondition", "RunContext", "check_context",
@@ -87,11 +88,9 @@ def check_context(value: RunContext | Mapping[str, Any] | None) -> dict[str, Con
                                    f"{MAX_VALUE_CHARS} are allowed")
             if _CONTROL.search(item):
                 raise InvalidInput(f"context.{key} holds a control character; give plain text")
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                raise InvalidInput(f"context.{key} is not valid Unicode (a lone surrogate)"
-                                   ) from None
+            problem = not_unicode(f"context.{key}", item)
+            if problem is not None:
+                raise InvalidInput(problem)
             checked[key] = item
         else:
             raise InvalidInput(f"context.{key} is a {type(item).__name__}; a context value is "
