@@ -28,6 +28,10 @@ from typing import Any
 
 DEFAULT_MAX_DEPTH = 64
 """Default of ``ORCH_MAX_JSON_DEPTH``: far deeper than any sane tool or plan value."""
+MAX_DEPTH_CEILING = 200
+"""The most ``ORCH_MAX_JSON_DEPTH`` may be (results must stay serialisable): what a reader
+that does not know the configured bound decodes within (the configured one is checked
+where the value enters the run)."""
 MAX_CANDIDATES = 256
 """How many ``{``/``[`` positions :func:`extract_json` tries before giving up."""
 

@@ -238,6 +238,12 @@ class ToolTransport:
                 result = (CallResult(error=refused) if refused is not None else
                           await self._call_invoker(capability, params, timeout_s,
                                                    headers or {}, credentials))
+                if result.error is None:
+                    # a source's answer (an MCP result, an OpenAPI body) meets the rules an
+                    # HTTP tool's meets: JSON, within ORCH_MAX_JSON_DEPTH and
+                    # ORCH_MAX_RESPONSE_BYTES
+                    result = self._checked_output(result.data, f"tool {capability.key!r}",
+                                                  base=result)
             elif capability.function is not None:
                 result = await self._call_function(capability, params, timeout_s, trace)
             else:
@@ -375,13 +381,16 @@ class ToolTransport:
                 source=ErrorSource.TRANSPORT, retryable=False,
                 details={"still_running": True}))
 
-    def _checked_output(self, value: Any) -> CallResult:
-        """A Python tool's result under the rules an HTTP reply meets: JSON (finite
-        numbers, valid text, at most ``max_json_depth`` deep) and at most
-        ``max_response_bytes`` as JSON text."""
+    def _checked_output(self, value: Any, who: str = "Python tool",
+                        base: CallResult | None = None) -> CallResult:
+        """A Python tool's or a source's result under the rules an HTTP reply meets: JSON
+        (finite numbers, valid text, at most ``max_json_depth`` deep) and at most
+        ``max_response_bytes`` as JSON text. ``base``: the result ``value`` came in (a
+        source's, with its HTTP status), returned as it is when the value passes."""
+        passed = base if base is not None else CallResult(data=value)
         bound = flat_size_bound(value) if self.max_json_depth >= 1 else None
         if bound is not None and bound <= self.max_response_bytes:
-            return CallResult(data=value)  # a small flat object: certainly fits
+            return passed  # a small flat object: certainly fits
         try:
             size = len(encode(value, self.max_json_depth))
         except UnreadableJSON as exc:
@@ -389,13 +398,16 @@ class ToolTransport:
                 error=StepError(
                     category=ErrorCategory.INVALID_RESPONSE,
                     code="NOT_JSON_SERIALISABLE",
-                    message=f"Python tool returned a value that is not JSON: {exc.args[0]}",
+                    message=f"{who} returned a value that is not JSON: {exc.args[0]}",
                     source=ErrorSource.RESPONSE,
-                )
+                    http_status=passed.http_status,
+                ),
+                http_status=passed.http_status,
             )
         if size > self.max_response_bytes:
-            return CallResult(error=_too_large(self.max_response_bytes, None))
-        return CallResult(data=value)
+            return CallResult(error=_too_large(self.max_response_bytes, passed.http_status),
+                              http_status=passed.http_status)
+        return passed
 
     async def _call_http(
         self,

@@ -29,9 +29,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
 from pydantic import ValidationError
 
+from orchestration._data_files import DataFileError, read_data_file
 from orchestration._templates import template_problem
 from orchestration._text import describe_validation_error
 from orchestration.capability import (
@@ -396,17 +396,9 @@ class Catalog:
         """Load a YAML (``.yaml``/``.yml``) or JSON catalog file."""
         p = Path(path)
         try:
-            text = p.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise CatalogError(f"cannot read catalog {p}: {exc.strerror or exc}") from exc
-        kind = "json" if p.suffix == ".json" else "yaml"
-        try:
-            data = json.loads(text) if kind == "json" else yaml.safe_load(text)
-        except json.JSONDecodeError as exc:
-            raise CatalogError(f"{p}:{exc.lineno}:{exc.colno}: catalog is not valid json: "
-                               f"{exc.msg}") from exc
-        except yaml.YAMLError as exc:
-            raise CatalogError(_yaml_error(p, exc)) from exc
+            data, _ = read_data_file(p, "catalog")
+        except DataFileError as exc:
+            raise CatalogError(str(exc)) from exc
         catalog = cls.from_dict(data or {}, source=str(p), base_dir=p.parent, origin=f"file:{p}")
         catalog.path = p
         return catalog
@@ -825,12 +817,3 @@ def _capability_fields(
         raise CatalogError(f"{label} needs 'url', 'path' or 'function'")
     return fields
 
-
-def _yaml_error(path: Path, exc: yaml.YAMLError) -> str:
-    """A YAML error located in the file (PyYAML says ``<unicode string>``)."""
-    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc)
-    context = getattr(exc, "context", None)
-    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
-    detail = f"{problem} ({context})" if context else str(problem)
-    return f"{where}: catalog is not valid yaml: {detail}"

@@ -35,7 +35,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
-from orchestration._json import DEFAULT_MAX_DEPTH
+from orchestration._json import DEFAULT_MAX_DEPTH, MAX_DEPTH_CEILING
 from orchestration._text import closest
 from orchestration.errors import ConfigError, ConfigWarning
 from orchestration.layer_settings import DEFAULT_VALIDATION_ERROR_PATTERNS
@@ -213,7 +213,7 @@ class OrchestratorConfig(BaseSettings):
         "INVALID_RESPONSE/RESPONSE_TOO_LARGE.",
     )
     max_json_depth: int = Field(
-        DEFAULT_MAX_DEPTH, ge=2, le=200,
+        DEFAULT_MAX_DEPTH, ge=2, le=MAX_DEPTH_CEILING,
         description="Deepest nesting accepted in JSON read from LLM answers and tool replies "
         "and in parameters and outputs ([] is one level); deeper values are refused where "
         "they enter (at most 200: results must stay serialisable).",

@@ -24,10 +24,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from orchestration._text import not_unicode
 from orchestration.errors import InvalidInput
 
 __all__ = ["MAX_KEYS", "MAX_VALUE_CHARS", "ApprovalCondition", "RunContext", "check_context",
-           "span_attributes"]
+           "context_text"]
 
 MAX_KEYS = 32
 """Keys a context may have."""
@@ -87,11 +88,9 @@ def check_context(value: RunContext | Mapping[str, Any] | None) -> dict[str, Con
                                    f"{MAX_VALUE_CHARS} are allowed")
             if _CONTROL.search(item):
                 raise InvalidInput(f"context.{key} holds a control character; give plain text")
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                raise InvalidInput(f"context.{key} is not valid Unicode (a lone surrogate)"
-                                   ) from None
+            problem = not_unicode(f"context.{key}", item)
+            if problem is not None:
+                raise InvalidInput(problem)
             checked[key] = item
         else:
             raise InvalidInput(f"context.{key} is a {type(item).__name__}; a context value is "
@@ -103,11 +102,11 @@ def check_context(value: RunContext | Mapping[str, Any] | None) -> dict[str, Con
     return checked or None
 
 
-def span_attributes(context: Mapping[str, ContextValue] | None) -> dict[str, ContextValue]:
-    """The context as span attributes: ``dagwright.context.<key>``."""
-    if not context:
-        return {}
-    return {f"dagwright.context.{key}": value for key, value in context.items()}
+def context_text(context: Mapping[str, Any] | None, key: str) -> str | None:
+    """The text value of ``key`` in a run's context — how the run's ``tenant`` and ``user``
+    are read wherever a context is kept (None: absent, or not text)."""
+    value = (context or {}).get(key)
+    return value if isinstance(value, str) else None
 
 
 _OPERATORS = frozenset({"eq", "ne", "in", "not_in", "gt", "gte", "lt", "lte", "exists"})

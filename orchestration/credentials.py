@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from orchestration.capability import Capability
     from orchestration.catalog import Catalog
 
-__all__ = ["MISSING", "Credentials", "RunCredentials", "can_carry_headers", "check_credentials"]
+__all__ = ["MISSING", "Credentials", "RunCredentials", "check_credentials"]
 
 Credentials = Mapping[str, Mapping[str, str]]
 """What a caller gives: a tool, source or capability name → its headers."""
@@ -61,7 +61,7 @@ class _Missing:
 MISSING = _Missing()
 
 
-def can_carry_headers(capability: Capability) -> bool:
+def _can_carry_headers(capability: Capability) -> bool:
     """Whether a call of ``capability`` can carry per-run headers: an HTTP tool, or a
     source whose invoker takes credentials (OpenAPI; MCP over HTTP)."""
     if capability.url is not None:
@@ -165,7 +165,7 @@ def check_credentials(given: Any, catalog: Catalog) -> dict[str, dict[str, str]]
             raise InvalidInput(f"credentials for {name[:100]!r}: the catalog has no tool, "
                                f"source or capability of that name (known: "
                                f"{', '.join(known[:30])})")
-        refused = [c.key for c in matching if not can_carry_headers(c)]
+        refused = [c.key for c in matching if not _can_carry_headers(c)]
         if refused:
             raise InvalidInput(f"credentials for {name!r}: {', '.join(refused[:5])} cannot "
                                "carry per-run headers (a Python tool, or an MCP server over "

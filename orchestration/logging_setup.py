@@ -80,6 +80,7 @@ _CONTEXT: ContextVar[LogContext | None] = ContextVar("dagwright_log_context", de
 
 
 def current_context() -> LogContext:
+    """The log context of the running task (the run and step it works for), or an empty one."""
     return _CONTEXT.get() or _NO_CONTEXT
 
 

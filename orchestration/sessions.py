@@ -42,6 +42,7 @@ _SESSION_ID = re.compile(SESSION_ID_PATTERN)
 
 
 def check_session_id(session_id: str) -> None:
+    """:class:`InvalidInput` for a session id that cannot name URLs and log lines."""
     if not isinstance(session_id, str) or not _SESSION_ID.match(session_id):
         raise InvalidInput(f"session_id {str(session_id)[:80]!r} is not usable: use 1-200 "
                            "letters, digits, '_', '.', ':' or '-', starting with a letter or "

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from orchestration.context import context_text
 from orchestration.protocol import ErrorCategory, ErrorSource, StepError
 from orchestration.result import (
     BudgetExceeded,
@@ -232,13 +233,11 @@ class RunState(BaseModel):
     @property
     def tenant(self) -> str | None:
         """The context's tenant (None: the run belongs to no tenant)."""
-        value = (self.context or {}).get("tenant")
-        return value if isinstance(value, str) else None
+        return context_text(self.context, "tenant")
 
     @property
     def user(self) -> str | None:
-        value = (self.context or {}).get("user")
-        return value if isinstance(value, str) else None
+        return context_text(self.context, "user")
 
 
 class RunSetup(BaseModel):

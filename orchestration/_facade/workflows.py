@@ -21,9 +21,9 @@ from orchestration.workflows import (
     WorkflowLibrary,
     bind_workflow,
     check_workflow,
-    is_path,
     read_workflow,
 )
+from orchestration.workflows._library import is_path
 
 WorkflowRef = Workflow | str | os.PathLike[str]
 """A workflow, the path of its file, or its name in the workflows directory."""

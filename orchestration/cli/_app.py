@@ -56,6 +56,7 @@ COMMAND_GROUPS: tuple[ModuleType, ...] = (
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``dagwright`` parser: every command group of ``COMMAND_GROUPS`` registered."""
     parser = SuggestingParser(
         prog="dagwright", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Plan a query into a DAG of tool calls with an LLM and run it reliably.",
@@ -83,6 +84,9 @@ def _say_what_the_exit_waits_for() -> None:
 
 
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
+    """Run one ``dagwright`` command and return its exit code (``EXIT_CODES``): what a
+    command raises becomes one redacted error line with the next step to take, never a
+    traceback. ``out``: where the command writes (stdout), redacted."""
     out = cast(TextIO, RedactingOutput(out or sys.stdout))
     args = build_parser().parse_args(argv)
     fn: Callable[[argparse.Namespace, TextIO], int] = args.fn

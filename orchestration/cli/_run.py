@@ -23,7 +23,12 @@ from orchestration.cli._render import (
     write_run_data,
 )
 from orchestration.cli._save import save_workflow
-from orchestration.cli._sessions import add_context_options, context_of, credentials_of
+from orchestration.cli._sessions import (
+    add_context_options,
+    context_of,
+    credentials_of,
+    key_values,
+)
 from orchestration.config import OrchestratorConfig
 from orchestration.events import RunEvent
 from orchestration.orchestrator import Orchestrator
@@ -70,7 +75,9 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     from orchestration.telemetry import serve_metrics
     from orchestration.telemetry.exporters import tracer_provider_from_config
 
-    inputs = workflow_inputs(args)
+    inputs = workflow_inputs(args)  # the arguments first: a usage error before any setting's
+    in_context = {"context": context_of(args), "credentials": credentials_of(args),
+                  "session_id": args.session}
     config = OrchestratorConfig()
     catalog = catalog_for(args, config)
     progress = live_progress(args, config)
@@ -92,8 +99,6 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         orch = Orchestrator.from_env(config=config, catalog=catalog, tracer_provider=provider)
         use_redactor(out, orch.redactor)
         try:
-            in_context = {"context": context_of(args), "credentials": credentials_of(args),
-                          "session_id": args.session}
             if args.workflow is not None:
                 result = orch.run_workflow(args.workflow, inputs, on_event=on_event,
                                            synthesis=args.synthesis, **in_context)
@@ -130,15 +135,7 @@ def workflow_inputs(args: argparse.Namespace) -> dict[str, str]:
     if args.input and args.workflow is None:
         raise UsageError("--input goes with --workflow", "dagwright run --workflow NAME "
                          "--input name=value")
-    inputs: dict[str, str] = {}
-    for item in args.input:
-        name, equals, value = item.partition("=")
-        if not equals or not name:
-            raise UsageError(f"--input {item!r} is not NAME=VALUE", "e.g. --input team=Platform")
-        if name in inputs:
-            raise UsageError(f"--input {name} is given twice", "give each input once")
-        inputs[name] = value
-    return inputs
+    return key_values("--input", args.input, "team=Platform")
 
 
 def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:

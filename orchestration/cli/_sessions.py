@@ -54,16 +54,25 @@ def _typed(text: str) -> Any:
     return number if not isinstance(number, float) or math.isfinite(number) else text
 
 
+def key_values(option: str, items: list[str], example: str) -> dict[str, str]:
+    """``OPTION KEY=VALUE`` given any number of times, as a mapping (keys and values
+    stripped); a pair without ``=``, or a key given twice, is a :class:`UsageError`."""
+    pairs: dict[str, str] = {}
+    for item in items:
+        key, equals, value = item.partition("=")
+        key = key.strip()
+        if not equals or not key:
+            raise UsageError(f"{option} {item!r} is not KEY=VALUE", f"e.g. {option} {example}")
+        if key in pairs:
+            raise UsageError(f"{option} {key} is given twice", "give each key once")
+        pairs[key] = value.strip()
+    return pairs
+
+
 def context_of(args: argparse.Namespace) -> dict[str, Any] | None:
     """``--context k=v ...`` as a mapping (checked by the orchestrator)."""
-    pairs: list[str] = getattr(args, "context", None) or []
-    context: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--context {pair!r} is not KEY=VALUE", "e.g. --context user=u-42")
-        context[key.strip()] = _typed(value.strip())
-    return context or None
+    pairs = key_values("--context", getattr(args, "context", None) or [], "user=u-42")
+    return {key: _typed(value) for key, value in pairs.items()} or None
 
 
 def credentials_of(args: argparse.Namespace) -> dict[str, Any] | None:

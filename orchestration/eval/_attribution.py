@@ -98,6 +98,8 @@ class GroundingRefusal(BaseModel):
 
 
 class LayerSpend(BaseModel):
+    """LLM calls, tokens and cost (None: a price is unknown) spent by one layer or in all."""
+
     calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0

@@ -26,6 +26,8 @@ __all__ = ["BaselineComparison", "CaseChange", "RateChange", "compare_with_basel
 
 
 class RateChange(BaseModel):
+    """One configuration's pass rate, in the baseline and now, with their intervals."""
+
     config: str
     baseline_rate: float
     baseline_interval: tuple[float, float]
@@ -36,6 +38,9 @@ class RateChange(BaseModel):
 
 
 class CaseChange(BaseModel):
+    """A case whose verdict changed under one configuration (a regression or an
+    improvement), with how it did in each report."""
+
     config: str
     case: str
     baseline: str
@@ -45,6 +50,9 @@ class CaseChange(BaseModel):
 
 
 class BaselineComparison(BaseModel):
+    """An eval held against an earlier report (``EvalReport.baseline``): what regressed by
+    the rules above, what improved, and what could not be compared."""
+
     baseline: str
     """Where the baseline report came from."""
     rates: list[RateChange] = Field(default_factory=list)
@@ -55,6 +63,7 @@ class BaselineComparison(BaseModel):
 
     @property
     def regressed(self) -> bool:
+        """Either rule found a regression (``dagwright eval --baseline`` then exits 6)."""
         return bool(self.regressions) or any(r.dropped for r in self.rates)
 
     def reasons(self) -> list[str]:

@@ -21,9 +21,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from orchestration._data_files import DataFileError, read_data_file, read_text_file
 from orchestration._schema import check_schema_errors
 from orchestration._text import closest
 from orchestration.errors import ConfigError
@@ -76,7 +76,20 @@ def _check_schema(schema: dict[str, Any] | None, what: str) -> dict[str, Any] | 
     return schema
 
 
-class CallExpectation(BaseModel):
+class _NamesACapability(BaseModel):
+    """A check that names a capability as a reader writes it: ``capability:
+    "tool.capability"`` without ``tool`` is read as both."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dotted(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "tool" not in data and "." in str(data.get("capability", "")):
+            tool, _, capability = str(data["capability"]).partition(".")
+            return {**data, "tool": tool, "capability": capability}
+        return data
+
+
+class CallExpectation(_NamesACapability):
     """A call of ``tool.capability``: made when some attempt that reached the tool was sent
     with every value of ``params`` (numbers compare by value: ``7`` matches ``7.0``) and
     with parameters ``params_schema`` (a JSON Schema of the whole parameter object)
@@ -89,13 +102,6 @@ class CallExpectation(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
     params_schema: dict[str, Any] | None = None
 
-    @model_validator(mode="before")
-    @classmethod
-    def _dotted(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "tool" not in data and "." in str(data.get("capability", "")):
-            tool, _, capability = str(data["capability"]).partition(".")
-            return {**data, "tool": tool, "capability": capability}
-        return data
 
     @field_validator("params_schema")
     @classmethod
@@ -113,7 +119,7 @@ class CallExpectation(BaseModel):
         return f"{self.key}({values}){schema}"
 
 
-class OutputCheck(BaseModel):
+class OutputCheck(_NamesACapability):
     """A check of a step's output: the value at ``path`` equals ``equals`` and/or matches the
     JSON Schema ``schema``. The step is named by its ``step`` id, or by ``capability``
     (``"tool.capability"``, or ``tool`` + ``capability``): then the check passes when the
@@ -129,13 +135,6 @@ class OutputCheck(BaseModel):
     equals: Any = None
     schema_: dict[str, Any] | None = Field(None, alias="schema")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _dotted(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "tool" not in data and "." in str(data.get("capability", "")):
-            tool, _, capability = str(data["capability"]).partition(".")
-            return {**data, "tool": tool, "capability": capability}
-        return data
 
     @model_validator(mode="after")
     def _complete(self) -> OutputCheck:
@@ -279,14 +278,14 @@ class Dataset(BaseModel):
         cases, or ``{"cases": [...]}``); raises :class:`DatasetError` naming what is wrong."""
         file = Path(path)
         try:
-            raw = file.read_bytes()
-        except OSError as exc:
-            raise DatasetError(f"cannot read the dataset {file}: {exc.strerror or exc}") from None
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise DatasetError(f"{file}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-        cases = _jsonl_cases(file, text) if file.suffix == ".jsonl" else _document_cases(file, text)
+            if file.suffix == ".jsonl":  # one case a line
+                text, raw = read_text_file(file, "dataset")
+                cases = _jsonl_cases(file, text)
+            else:
+                data, raw = read_data_file(file, "dataset")
+                cases = _document_cases(file, data)
+        except DataFileError as exc:
+            raise DatasetError(str(exc)) from None
         return _dataset(name=file.stem, cases=cases, path=str(file),
                         sha256=hashlib.sha256(raw).hexdigest(), where=str(file))
 
@@ -350,12 +349,7 @@ def _jsonl_cases(file: Path, text: str) -> list[Case]:
     return cases
 
 
-def _document_cases(file: Path, text: str) -> list[Case]:
-    try:
-        data = json.loads(text) if file.suffix == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise DatasetError(f"{file}: cannot be read as {file.suffix.lstrip('.') or 'YAML'}: "
-                           f"{exc}") from None
+def _document_cases(file: Path, data: Any) -> list[Case]:
     if isinstance(data, dict) and set(data) == {"cases"}:
         data = data["cases"]
     if not isinstance(data, list):

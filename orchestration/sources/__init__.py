@@ -10,7 +10,9 @@ sees the difference.
 The heavy libraries (``mcp``, ``openapi-spec-validator``) are imported only by the
 modules that need them (:mod:`.mcp`, :mod:`.openapi`), so ``import orchestration``
 works without the extras. This package's ``__init__`` holds only the small contract
-the catalog uses to own and refresh sources.
+the catalog uses to own and refresh sources, and what an invoker returns
+(:class:`CallResult`: a source of one's own implements
+:class:`~orchestration.capability.Invoker`).
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from orchestration._transport import CallResult
+
 if TYPE_CHECKING:
     from orchestration.capability import Capability
 
-__all__ = ["Source", "SourceListing", "SourceNote"]
+__all__ = ["CallResult", "Source", "SourceListing", "SourceNote"]
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+from orchestration.context import context_text
 from orchestration.events import EventType, RunEvent
 from orchestration.result import Attempt, StepResult
 from orchestration.state import RunState
@@ -152,13 +153,11 @@ class SaveRun:
 
     @property
     def tenant(self) -> str | None:
-        value = (self.context or {}).get("tenant")
-        return value if isinstance(value, str) else None
+        return context_text(self.context, "tenant")
 
     @property
     def user(self) -> str | None:
-        value = (self.context or {}).get("user")
-        return value if isinstance(value, str) else None
+        return context_text(self.context, "user")
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,6 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from orchestration._text import clip
 from orchestration._version import __version__
 from orchestration.circuit import CIRCUIT_STATE_VALUES
-from orchestration.context import span_attributes
 from orchestration.errors import LLMError
 from orchestration.logging_setup import enter_log_context, exit_log_context, get_logger, log_context
 from orchestration.protocol import ErrorCategory
@@ -161,7 +160,7 @@ class Observer:
         """The run's span (``invoke_agent dagwright``, the conventions' internal agent
         span: the agent runs in this process) and logging scope."""
         started = time.perf_counter()
-        context = attr.redact_attributes(attr.clean_attributes(span_attributes(state.context)),
+        context = attr.redact_attributes(attr.clean_attributes(attr.context_attributes(state.context)),
                                          self.redactor) or {}
         with (
             log_context(run_id=state.run_id, redactor=self.redactor),

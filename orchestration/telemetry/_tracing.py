@@ -138,6 +138,13 @@ def get_tracer(provider: TracerProviderAPI | None = None) -> DagwrightTracer:
     return DagwrightTracer(inner)
 
 
+def context_attributes(context: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A run's context as span attributes: ``dagwright.context.<key>``."""
+    if not context:
+        return {}
+    return {f"dagwright.context.{key}": value for key, value in context.items()}
+
+
 def clean_attributes(attrs: Mapping[str, Any]) -> dict[str, Any]:
     """Drop None values and turn anything that is not an OTel primitive into text."""
     out: dict[str, Any] = {}

@@ -36,6 +36,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from orchestration._events import EventCallback
 from orchestration._facade.inputs import RunInputs
 from orchestration.config import OrchestratorConfig
+from orchestration.context import context_text
 from orchestration.errors import (
     ApprovalError,
     BackendUnavailable,
@@ -112,8 +113,7 @@ class TemporalRuns:
                 raise ConfigError("sessions on the Temporal backend need the run store the "
                                   "workers record runs in (ORCH_STORE_URL)")
             await self.store.open()
-            tenant = (inputs.context or {}).get("tenant")
-            tenant = tenant if isinstance(tenant, str) else None
+            tenant = context_text(inputs.context, "tenant")
             number = await self.store.next_session_run(tenant, inputs.session_id)
             history = await load_history(self.store, tenant, inputs.session_id, number,
                                          self.config.session_history_runs)

@@ -33,7 +33,7 @@ from orchestration.workflows._checks import (
     workflow_problems,
 )
 from orchestration.workflows._draft import Lift, WorkflowDraft, draft_workflow
-from orchestration.workflows._library import WorkflowEntry, WorkflowLibrary, is_path
+from orchestration.workflows._library import WorkflowEntry, WorkflowLibrary
 from orchestration.workflows.model import Workflow, WorkflowAnswer, WorkflowStep, read_workflow
 
 __all__ = [
@@ -51,7 +51,6 @@ __all__ = [
     "check_workflow",
     "draft_workflow",
     "inputs_schema",
-    "is_path",
     "read_workflow",
     "workflow_problems",
 ]

@@ -39,9 +39,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
+from orchestration._data_files import DataFileError, read_data_file
 from orchestration._text import describe_validation_error
 from orchestration.errors import WorkflowError
-from orchestration.plan import STEP_ID_PATTERN
+from orchestration.plan import Step
 from orchestration.result import SynthesisStrategy
 
 __all__ = ["INPUTS", "NAME_PATTERN", "Workflow", "WorkflowAnswer", "WorkflowStep",
@@ -56,20 +57,12 @@ SUFFIXES = (".yaml", ".yml", ".json")
 MAX_FILE_BYTES = 1_000_000
 
 
-class WorkflowStep(BaseModel):
-    """One step: a plan step, with the per-step settings a workflow file may give."""
+class WorkflowStep(Step):
+    """One step: a plan step, with the per-step settings a plan step has. A file is
+    written by a person, so a key a plan step does not have is an error here (a
+    planner's extra keys are ignored)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-    id: str = Field(pattern="^" + STEP_ID_PATTERN + "$", max_length=128)
-    tool: str
-    capability: str
-    params: dict[str, Any] = Field(default_factory=dict)
-    depends_on: list[str] = Field(default_factory=list)
-    description: str | None = None
-    retry: dict[str, Any] | None = None
-    timeout_s: float | None = Field(None, gt=0)
-    requires_approval: bool | None = None
 
 
 class WorkflowAnswer(BaseModel):
@@ -159,27 +152,9 @@ def read_workflow(path: str | Path) -> Workflow:
     fits the catalog is checked separately (``_checks.check_workflow``)."""
     p = Path(path)
     try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise WorkflowError(f"cannot read workflow {p}: {exc.strerror or exc}",
-                            path=str(p)) from exc
-    if len(raw) > MAX_FILE_BYTES:
-        raise WorkflowError(f"{p}: {len(raw)} bytes; a workflow file is at most "
-                            f"{MAX_FILE_BYTES}", path=str(p))
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise WorkflowError(f"{p}: not UTF-8 text ({exc})", path=str(p)) from None
-    try:
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except json.JSONDecodeError as exc:
-        raise WorkflowError(f"{p}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}",
-                            path=str(p)) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(p)
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise WorkflowError(f"{where}: not valid YAML: {problem}", path=str(p)) from None
+        data, raw = read_data_file(p, "workflow", max_bytes=MAX_FILE_BYTES)
+    except DataFileError as exc:
+        raise WorkflowError(str(exc), path=str(p)) from None
     revision = hashlib.sha256(raw).hexdigest()[:16]
     return Workflow.from_data(data, source=str(p), path=p, revision=revision)
 

@@ -200,3 +200,13 @@ def test_yaml_and_json_errors_name_the_file_line_and_column(tmp_path: Path) -> N
     bad_json.write_text('{"tools": [\n  {"name": "x",}\n]}')
     with pytest.raises(CatalogError, match=re.escape(f"{bad_json}:2:16: catalog is not valid json")):
         Catalog.from_file(bad_json)
+
+
+def test_a_catalog_file_that_is_not_utf8_is_a_catalog_error(tmp_path: Path) -> None:
+    """Before: a raw UnicodeDecodeError escaped Catalog.from_file (the file was read with
+    read_text, and only OSError was caught)."""
+    latin1 = tmp_path / "tools.yaml"
+    latin1.write_bytes("tools:\n  - name: café\n".encode("latin-1"))
+    with pytest.raises(CatalogError, match=re.escape(
+            f"{latin1}: catalog is not UTF-8 text (invalid continuation byte at byte 20)")):
+        Catalog.from_file(latin1)

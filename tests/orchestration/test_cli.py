@@ -279,3 +279,17 @@ def test_plan_command_planning_failure_exits_3_with_what_next(
     err = capsys.readouterr().err
     assert err.startswith("dagwright: error: planning failed: no valid plan after 3 attempt(s)")
     assert "next: check the LLM settings with `dagwright config`" in err
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["run", "q", "--context", "user=a", "--context", "user=b"], "--context user is given twice"),
+    (["run", "q", "--context", "user"], "--context 'user' is not KEY=VALUE"),
+    (["run", "--workflow", "w", "--input", "a=1", "--input", "a=2"], "--input a is given twice"),
+], ids=["context-twice", "context-without-value", "input-twice"])
+def test_key_value_options_refuse_a_key_given_twice(
+    args: list[str], said: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Before: ``--context user=a --context user=b`` ran as user b, silently; ``--input``
+    refused the same. Both now read KEY=VALUE pairs one way."""
+    assert main([*args, "--catalog", str(CATALOG)], out=io.StringIO()) == 2
+    assert said in capsys.readouterr().err

@@ -24,7 +24,9 @@ from orchestration import (
     ScriptedLLM,
     ToolFailed,
 )
+from orchestration.capability import Capability
 from orchestration.errors import ConfigError, InvalidInput
+from orchestration.sources import CallResult
 from tests.support.hostile_tools import Drip, HostileTool, Huge, Reply
 
 DEEP = "[" * 1000 + "]" * 1000
@@ -276,3 +278,82 @@ def test_a_tool_error_holding_a_lone_surrogate_is_recorded_escaped(tmp_path: Pat
     stored = runner.get_run(result.run_id)
     assert stored is not None and stored.steps["read"].error is not None
     assert stored.steps["read"].error.message == error.message
+
+
+# --- the same rules for a source's tools (OpenAPI, MCP) -----------------------------------
+
+def _openapi_catalog(tmp_path: Path, url: str) -> Catalog:
+    spec = {"openapi": "3.0.3", "info": {"title": "t", "version": "1"},
+            "paths": {"/body": {"get": {"operationId": "body", "responses": {"200": {
+                "description": "ok", "content": {"application/json": {"schema": {}}}}}}}}}
+    document = tmp_path / "api.json"
+    document.write_text(json.dumps(spec))
+    return Catalog.from_openapi(document, base_url=url, name="api")
+
+
+@pytest.mark.parametrize(("body", "problem"), [
+    (DEEP.encode(), "nested deeper than 200 levels, the most ORCH_MAX_JSON_DEPTH allows"),
+    (json.dumps(nested(100)).encode(), "nested deeper than 64"),
+    (b'{"v": NaN}', "NaN is not a JSON number"),
+    (b'{"v": "\\ud800"}', "lone surrogate"),
+], ids=["recursion", "deeper-than-the-limit", "nan", "lone-surrogate"])
+def test_an_openapi_tool_body_meets_the_rules_of_an_http_tools(
+    hostile_tool: HostileTool, tmp_path: Path, body: bytes, problem: str,
+) -> None:
+    """Before: an OpenAPI operation's answer was read with json.loads, so a body nested
+    past Python's recursion limit surfaced as INVOKER_RAISED, and a NaN, a lone surrogate
+    or 100 levels (past ORCH_MAX_JSON_DEPTH) became the step's output, a record the store
+    cannot write as JSON or one deeper than the setting allows."""
+    hostile_tool.queue("/body", Reply(raw=body))
+    catalog = _openapi_catalog(tmp_path, hostile_tool.url(""))
+    plan = {"steps": [{"id": "a", "tool": "api", "capability": "body"}]}
+    result = orch(catalog, [], retry_max_attempts=1).run("q", plan=plan)
+    error = result.steps["a"].error
+    assert error is not None, result.steps["a"].output
+    assert error.category is ErrorCategory.INVALID_RESPONSE, error
+    assert problem in error.message
+    json.dumps(result.to_dict(), ensure_ascii=False, allow_nan=False).encode("utf-8")
+    catalog.close()
+
+
+def test_an_openapi_tool_body_over_the_size_limit_is_refused(
+    hostile_tool: HostileTool, tmp_path: Path,
+) -> None:
+    hostile_tool.queue("/body", Huge(2_000_000, announce=False))
+    catalog = _openapi_catalog(tmp_path, hostile_tool.url(""))
+    plan = {"steps": [{"id": "a", "tool": "api", "capability": "body"}]}
+    result = orch(catalog, [], max_response_bytes=1_000_000, retry_max_attempts=1).run(
+        "q", plan=plan)
+    error = result.steps["a"].error
+    assert error is not None
+    assert (error.category, error.code) == (ErrorCategory.INVALID_RESPONSE, "RESPONSE_TOO_LARGE")
+    catalog.close()
+
+
+class _Answers:
+    """An invoker (the interface MCP and OpenAPI sources implement) answering ``data``."""
+
+    def __init__(self, data: Any) -> None:
+        self.data = data
+
+    async def call(self, params: dict[str, Any], *, timeout_s: float,
+                   headers: Any) -> CallResult:
+        return CallResult(data=self.data)
+
+
+@pytest.mark.parametrize(("data", "code"), [
+    ({"v": float("nan")}, "NOT_JSON_SERIALISABLE"),
+    ({"v": nested(100)}, "NOT_JSON_SERIALISABLE"),
+    ({"v": "x" * 20_000}, "RESPONSE_TOO_LARGE"),
+], ids=["nan", "too-deep", "too-large"])
+def test_a_source_invokers_answer_meets_the_rules_of_a_python_tools(data: Any, code: str) -> None:
+    """Before: what a source's invoker answered (an MCP result decoded with json.loads)
+    became the step's output unchecked."""
+    catalog = Catalog()
+    catalog.add(Capability(tool="src", name="read", invoker=_Answers(data), source="mcp:src"))
+    plan = {"steps": [{"id": "a", "tool": "src", "capability": "read"}]}
+    result = orch(catalog, [], max_response_bytes=10_000, retry_max_attempts=1).run("q", plan=plan)
+    error = result.steps["a"].error
+    assert error is not None and error.code == code, error
+    assert error.category is ErrorCategory.INVALID_RESPONSE
+    json.dumps(result.to_dict(), allow_nan=False)

@@ -181,7 +181,7 @@ def test_a_misspelt_key_and_bad_yaml_are_reported_with_where(tmp_path: Path) -> 
         read_workflow(typo)
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nsteps: [\n")
-    with pytest.raises(WorkflowError, match=r"bad.yaml:3:1: not valid YAML"):
+    with pytest.raises(WorkflowError, match=r"bad.yaml:3:1: workflow is not valid yaml"):
         read_workflow(bad)
 
 

@@ -16,7 +16,8 @@ The package, one job per module:
 * :mod:`._requests` renders a request (path, query, header, cookie, JSON, form, multipart);
 * :mod:`._security` maps ``securitySchemes`` to the credentials the user gives;
 * :mod:`._swagger2` reads a Swagger 2.0 document's pieces as their OpenAPI 3.0 forms;
-* :mod:`._source` maps operations, leaving out (and reporting) the ones it cannot map.
+* :mod:`._source` maps operations, leaving out (and reporting) the ones it cannot map;
+* :mod:`._calls` sends an operation's request and classifies its answer.
 
 Libraries: :mod:`referencing` resolves references (the library :mod:`jsonschema` uses)
 and ``openapi-spec-validator`` checks the document, its findings kept as notes.
@@ -33,16 +34,12 @@ try:
 except ImportError as _missing:  # pragma: no cover - depends on the installed extras
     raise CatalogError(needs_extra("OpenAPI specs", "openapi", str(_missing))) from _missing
 
+from orchestration.sources.openapi._calls import classify_answer
 from orchestration.sources.openapi._names import identifier, tool_identifier
 from orchestration.sources.openapi._requests import FILE_INPUT_SCHEMA, Operation
 from orchestration.sources.openapi._schemas import MAX_SCHEMA_BYTES
 from orchestration.sources.openapi._security import CREDENTIALS_ENV
-from orchestration.sources.openapi._source import (
-    METHODS,
-    OpenAPIInvoker,
-    OpenAPISource,
-    classify_answer,
-)
+from orchestration.sources.openapi._source import METHODS, OpenAPIInvoker, OpenAPISource
 
 __all__ = [
     "CREDENTIALS_ENV",

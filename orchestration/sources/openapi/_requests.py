@@ -20,13 +20,19 @@ import base64
 import binascii
 import json
 import mimetypes
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
-__all__ = ["FILE_INPUT_SCHEMA", "Body", "Operation", "Param", "Request", "RequestError"]
+__all__ = ["FILE_INPUT_SCHEMA", "JSON_MEDIA", "Body", "Operation", "Param", "Request",
+           "RequestError"]
+
+JSON_MEDIA = re.compile(r"^application/(?:[\w.-]+\+)?json\b|^\*/\*$|^application/\*$",
+                        re.IGNORECASE)
+"""Media types read and written as JSON (``*/*`` included: a JSON body is what it gets)."""
 
 FILE_INPUT_SCHEMA: dict[str, Any] = {
     "anyOf": [

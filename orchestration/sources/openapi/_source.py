@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import re
 from collections.abc import Mapping, Sequence
@@ -24,35 +23,37 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin
 
-import httpx
 from pydantic import ValidationError
 
 from orchestration._transport import CallResult
 from orchestration.capability import IDEMPOTENT_METHODS, Capability
 from orchestration.errors import CatalogError
-from orchestration.protocol import ErrorCategory, ErrorSource, StepError, classify_http_response
+from orchestration.protocol import (
+    ErrorCategory,
+    ErrorSource,
+    StepError,
+)
 from orchestration.sources import SourceListing, SourceNote
 from orchestration.sources._runtime import SourceClosed, SourceRuntime
 from orchestration.sources.openapi import _swagger2 as swagger2
+from orchestration.sources.openapi._calls import OperationClient
 from orchestration.sources.openapi._documents import Documents, pointer_of
 from orchestration.sources.openapi._names import NAME, identifier, tool_identifier
 from orchestration.sources.openapi._requests import (
     FILE_INPUT_SCHEMA,
+    JSON_MEDIA,
     Body,
     Operation,
     Param,
-    RequestError,
 )
 from orchestration.sources.openapi._schemas import SchemaBuilder, SchemaProblem, _cause
 from orchestration.sources.openapi._security import Credentials, Scheme, read_schemes
 
-__all__ = ["METHODS", "OpenAPIInvoker", "OpenAPISource", "classify_answer"]
+__all__ = ["METHODS", "OpenAPIInvoker", "OpenAPISource"]
 
 log = logging.getLogger("dagwright.sources.openapi")
 
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
-_JSON_MEDIA = re.compile(r"^application/(?:[\w.-]+\+)?json\b|^\*/\*$|^application/\*$",
-                         re.IGNORECASE)
 _FORM = "application/x-www-form-urlencoded"
 _XML = re.compile(r"[/+]xml\b", re.IGNORECASE)
 _MULTIPART = re.compile(r"^multipart/", re.IGNORECASE)
@@ -111,8 +112,8 @@ class OpenAPISource:
         self.schemes: dict[str, Scheme] = {}
         self.default_security: list[list[str]] = []
         self.base_url = ""
-        self._client: httpx.AsyncClient | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self.client = OperationClient(self)
+        """Sends the operations' requests (reads the fields above as they are then)."""
         self._all_names: list[str] = []
         self._notes: list[SourceNote] = []
         self._current = "(document)"
@@ -375,7 +376,7 @@ class OpenAPISource:
               builder: SchemaBuilder, refs: set[str]) -> tuple[Body, Any]:
         """The body's wire form and input schema, from the media type it prefers."""
         medias = [str(m) for m in content]
-        chosen = (next((m for m in medias if _JSON_MEDIA.match(m)), None)
+        chosen = (next((m for m in medias if JSON_MEDIA.match(m)), None)
                   or next((m for m in medias if m.lower().startswith(_FORM)), None)
                   or next((m for m in medias if _MULTIPART.match(m)), None)
                   or next((m for m in medias if m.lower().startswith("text/")), None)
@@ -393,7 +394,7 @@ class OpenAPISource:
                                                    f"{where}/schema", refs), f"{where}/schema")
         encoding = {str(k): v for k, v in (media_object.get("encoding") or {}).items()
                     if isinstance(v, dict)}
-        if _JSON_MEDIA.match(chosen):
+        if JSON_MEDIA.match(chosen):
             return Body(key, "application/json" if "*" in chosen else chosen, "json"), schema
         if chosen.lower().startswith("text/") or _XML.search(chosen):
             said = schema.get("description") if isinstance(schema, dict) else None
@@ -471,7 +472,7 @@ class OpenAPISource:
                 content = response.get("content") if isinstance(response, dict) else None
                 if not isinstance(content, dict):
                     continue
-                media = next((m for m in content if _JSON_MEDIA.match(str(m))), None)
+                media = next((m for m in content if JSON_MEDIA.match(str(m))), None)
                 if media is None or not isinstance(content[media], dict) \
                         or "schema" not in content[media]:
                     continue
@@ -589,91 +590,15 @@ class OpenAPISource:
     async def load(self) -> SourceListing:
         return await asyncio.to_thread(self.load_sync)
 
-    # --- calling ------------------------------------------------------------------
-    def _http(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            self._client = httpx.AsyncClient(follow_redirects=False)
-            self._client_loop = loop
-        return self._client
-
     async def send(self, operation: Operation, params: dict[str, Any], timeout_s: float,
                    extra_headers: Mapping[str, str],
                    credentials: Mapping[str, str] | None = None) -> CallResult:
-        """One request on the runtime loop, its answer or failure classified.
-
-        ``credentials``: a run's own headers for this source, sent in place of the
-        source's credentials (none of those is applied or fetched for this request)."""
-        try:
-            request = operation.render(params, upload_dirs=self.upload_dirs)
-        except RequestError as exc:
-            return CallResult(error=StepError(
-                category=ErrorCategory.INPUT_ERROR, code="BAD_ARGUMENTS", message=str(exc),
-                source=ErrorSource.VALIDATION, retryable=True, request_sent=False))
-        alternatives = (operation.security if operation.security is not None
-                        else self.default_security)
-        headers = {**self.headers, **dict(extra_headers), **request.headers}
-        if credentials:
-            replaced = {name.lower() for name in credentials}
-            headers = {k: v for k, v in headers.items() if k.lower() not in replaced}
-            headers.update(credentials)
-        elif self.credentials is not None:
-            try:
-                await self.credentials.fetch_tokens(
-                    self.schemes, self.credentials.usable(self.schemes, alternatives),
-                    self._http(), timeout_s)
-            except (httpx.HTTPError, ValueError) as exc:
-                return CallResult(error=StepError(
-                    category=ErrorCategory.AUTH_ERROR, code="OAUTH_TOKEN",
-                    source=ErrorSource.TRANSPORT, request_sent=False,
-                    message=f"{self.label}: no OAuth2 token: {type(exc).__name__}: {exc}"))
-            self.credentials.apply(self.schemes, alternatives, headers, request.query,
-                                   request.cookies)
-        if request.cookies:
-            headers["Cookie"] = "; ".join(f"{k}={v}" for k, v in request.cookies.items())
-        content = dict(request.content)
-        headers.update(content.pop("headers", {}))
-        url = self.base_url + request.path
-        try:
-            response = await self._http().request(
-                operation.method, url, params=list(request.query), headers=headers,
-                timeout=timeout_s, **content)
-        except (httpx.ConnectTimeout, httpx.PoolTimeout):
-            return _fault(ErrorCategory.TIMEOUT, "CONNECT_TIMEOUT",
-                          f"could not connect to {url} within {timeout_s:g}s", sent=False)
-        except httpx.TimeoutException:
-            return _fault(ErrorCategory.TIMEOUT, "READ_TIMEOUT",
-                          f"{url} did not answer within {timeout_s:g}s", sent=True)
-        except httpx.ConnectError as exc:
-            return _fault(ErrorCategory.CONNECTION_ERROR, "CONNECTION_REFUSED",
-                          f"cannot connect to {url}: {exc}", sent=False)
-        except httpx.HTTPError as exc:
-            return _fault(ErrorCategory.CONNECTION_ERROR, "CONNECTION_DROPPED",
-                          f"{url}: {type(exc).__name__}: {exc}", sent=True)
-        result = classify_answer(response.status_code, response.content, dict(response.headers))
-        if response.status_code == 401 and self.credentials is not None and not credentials:
-            self.credentials.forget_tokens()  # a revoked or expired token: fetch anew next time
-        if response.status_code in (401, 403) and result.error is not None and not credentials:
-            hint = self._auth_hint(alternatives)
-            if hint:
-                result = CallResult(error=result.error.model_copy(
-                    update={"message": f"{result.error.message} ({hint})"}))
-        return result
-
-    def _auth_hint(self, alternatives: list[list[str]]) -> str:
-        names = sorted({n for alt in alternatives for n in alt if n in self.schemes})
-        have = self.credentials.names() if self.credentials is not None else set()
-        missing = [n for n in names if n not in have]
-        if not missing:
-            return ""
-        return (f"the operation takes security scheme(s) {', '.join(missing)}; give them as "
-                "credentials= of the OpenAPI source or in ORCH_OPENAPI_CREDENTIALS")
+        """One request on the runtime loop, its answer or failure classified (see
+        :class:`~orchestration.sources.openapi._calls.OperationClient`)."""
+        return await self.client.send(operation, params, timeout_s, extra_headers, credentials)
 
     async def aclose(self) -> None:
-        client, self._client = self._client, None
-        if client is not None and self._client_loop is asyncio.get_running_loop():
-            await client.aclose()
-        self._client_loop = None
+        await self.client.aclose()
 
 
 def _follow(node: Any, resolver: Any, pointer: str) -> tuple[Any, Any]:
@@ -718,42 +643,6 @@ def _is_file(schema: Any) -> bool:
         return False
     return ((schema.get("format") in ("binary", "byte") and schema.get("type") in ("string", None))
             or "contentMediaType" in schema or schema.get("contentEncoding") == "base64")
-
-
-def _fault(category: ErrorCategory, code: str, message: str, *, sent: bool) -> CallResult:
-    return CallResult(error=StepError(category=category, code=code, message=message,
-                                      source=ErrorSource.TRANSPORT, retryable=True,
-                                      request_sent=sent))
-
-
-def classify_answer(status: int, body: bytes, headers: dict[str, str]) -> CallResult:
-    """A plain REST answer: 2xx → its JSON (or text, or None when empty); an error status
-    → the protocol's status table, with a 400/422 body kept in ``details["body"]``."""
-    content_type = {k.lower(): v for k, v in headers.items()}.get("content-type", "")
-    text = body.decode("utf-8", errors="replace")
-    parsed: Any = None
-    is_json = False
-    if text.strip():
-        with contextlib.suppress(ValueError):
-            parsed, is_json = json.loads(text), True
-    if 200 <= status < 300:
-        if not text.strip():
-            return CallResult(data=None)
-        if is_json:
-            return CallResult(data=parsed)
-        if _JSON_MEDIA.match(content_type) and "*" not in content_type:
-            return CallResult(error=StepError(
-                category=ErrorCategory.INVALID_RESPONSE, code="NON_JSON_RESPONSE",
-                source=ErrorSource.RESPONSE,
-                message=f"HTTP {status} says JSON but the body is not: {text[:200]!r}",
-                http_status=status))
-        return CallResult(data=text)
-    classified = classify_http_response(status, body, headers)
-    error = classified.error
-    assert error is not None
-    if status in (400, 422) and is_json:
-        error = error.model_copy(update={"details": {**error.details, "body": parsed}})
-    return CallResult(error=error)
 
 
 class OpenAPIInvoker:

@@ -287,3 +287,18 @@ def test_calls_from_many_loops_at_once_share_the_session(calc: Catalog) -> None:
 
     results = asyncio.run(many())
     assert [r.data for r in results] == [{"total": 2 * i} for i in range(20)]
+
+
+def test_a_text_result_nested_past_the_decoders_recursion_limit_is_kept_as_text() -> None:
+    """Before: json.loads raised RecursionError out of result_data, and the call came back
+    as INVOKER_RAISED (an engine fault) rather than the tool's answer."""
+    import mcp.types as mcp_types
+
+    from orchestration.sources.mcp import result_data
+
+    text = "[" * 100_000 + "]" * 100_000
+    result = mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text=text)])
+    assert result_data(result) == text
+    two = mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text=text),
+                                            mcp_types.TextContent(type="text", text="[1]")])
+    assert result_data(two) == [text, [1]]
