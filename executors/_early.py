@@ -90,6 +90,7 @@ class EarlySteps:
         self._dependents: dict[str, list[str]] = {}
         self._ready: deque[str] = deque()
         self._tasks: dict[str, asyncio.Task[StepResult]] = {}
+        self._running = 0  # tasks whose step has not ended (counted, not searched for)
         self._began: list[str] = []  # steps whose runner started (step_started emitted)
         self._results: dict[str, StepResult] = {}
         self._unsaved: list[str] = []
@@ -165,8 +166,7 @@ class EarlySteps:
         passed or a budget stopped the run (the scheduler skips them, saying why)."""
         services = self.services
         loop = asyncio.get_running_loop()
-        running = sum(1 for task in self._tasks.values() if not task.done())
-        while self._ready and running < services.config.max_concurrency:
+        while self._ready and self._running < services.config.max_concurrency:
             if loop.time() >= services.deadline or services.budget.stop_reason() is not None:
                 self._ready.clear()
                 return
@@ -177,7 +177,7 @@ class EarlySteps:
                 self._run(step_id, runner), name=f"dagwright-early-step-{step_id}",
                 context=self._context.copy())
             self.started_total += 1
-            running += 1
+            self._running += 1
 
     async def _run(self, step_id: str, runner: StepRunner) -> StepResult:
         """One early step to its end, recorded; a failure is a failed result."""
@@ -191,6 +191,8 @@ class EarlySteps:
             raise
         except Exception as exc:
             result = failed_by_bug(self._steps[step_id], exc)
+        finally:
+            self._running -= 1
         self._record(result)
         self._settled(step_id, result)
         return result
@@ -227,6 +229,7 @@ class EarlySteps:
         self._dependents.clear()
         self._ready.clear()
         self._tasks.clear()
+        self._running = 0
         self._began.clear()
         self._results.clear()
         self._unsaved.clear()

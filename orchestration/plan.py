@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Container, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
@@ -26,6 +26,7 @@ from orchestration.retry_policy import check_overrides
 __all__ = [
     "REFERENCE_RE",
     "STEP_ID_PATTERN",
+    "CheckedSteps",
     "ParsedText",
     "Plan",
     "Reference",
@@ -252,6 +253,27 @@ class ValidatedPlan:
         return self.plan.model_dump(mode="json", exclude_none=True)
 
 
+@dataclass
+class CheckedSteps:
+    """Steps that passed :func:`step_issues` before their plan was whole, each with the
+    edges found then, and the reference strings parsed on the way (what
+    :func:`validate_plan` need not do again for them)."""
+
+    steps: dict[str, tuple[Step, list[str]]]
+    parsed: dict[str, ParsedText]
+    reused: set[str] = field(default_factory=set)
+    """The ids :func:`validate_plan` found unchanged in the whole plan and did not check
+    again."""
+
+    def unchanged(self, step: Step) -> bool:
+        """Whether ``step`` and every step it depends on were checked before and are
+        unchanged in the plan :func:`validate_plan` last read (checks that look at a
+        step's upstream steps need not run again for it)."""
+        prior = self.steps.get(step.id)
+        return (step.id in self.reused and prior is not None
+                and all(d in self.reused for d in prior[1]))
+
+
 def _unknown_braces(text: str) -> list[str]:
     """``{{...}}`` fragments that are not well-formed references."""
     return [
@@ -353,6 +375,7 @@ def step_issues(
 
 def validate_plan(
     plan: Plan, catalog: Catalog, *, max_steps: int = 1000, max_depth: int = DEFAULT_MAX_DEPTH,
+    checked: CheckedSteps | None = None,
 ) -> ValidatedPlan:
     """Check a plan against the catalog and build its DAG; raise with *every* issue found.
 
@@ -360,6 +383,12 @@ def validate_plan(
     parameters JSON can carry (finite numbers, valid text, at most ``max_depth`` levels),
     well-formed references to existing steps (not to itself), ``depends_on`` naming
     existing steps, and no cycle (the error names the cycle).
+
+    ``checked`` are steps that already passed :func:`step_issues` (a streamed plan's
+    steps, checked as they arrived): a step of ``plan`` equal to one of them is not
+    checked again — it passed with fewer steps known than the whole plan has, so it
+    passes with all of them — and its edges are the ones found then. Everything about
+    the plan as a whole (ids, size, encoding, cycles) is checked as always.
     """
     issues: list[PlanIssue] = []
     steps = plan.steps
@@ -379,11 +408,17 @@ def validate_plan(
     all_encodable = unencodable([s.params for s in steps], max_depth + 1) is None
     nodes: list[str] = []
     edges: list[tuple[str, str]] = []
-    parsed: dict[str, ParsedText] = {}
+    parsed: dict[str, ParsedText] = checked.parsed if checked is not None else {}
+    before = checked.steps if checked is not None else {}
     for step in steps:
         nodes.append(step.id)
-        upstream = step_issues(step, ids, catalog, issues, max_depth=max_depth, parsed=parsed,
-                               check_encoding=not all_encodable)
+        prior = before.get(step.id)
+        if prior is not None and prior[0] == step:
+            upstream = prior[1]
+            checked.reused.add(step.id)  # type: ignore[union-attr]
+        else:
+            upstream = step_issues(step, ids, catalog, issues, max_depth=max_depth,
+                                   parsed=parsed, check_encoding=not all_encodable)
         edges.extend((dep, step.id) for dep in upstream)
     graph: nx.DiGraph = nx.DiGraph()
     graph.add_nodes_from(nodes)

@@ -34,7 +34,7 @@ from orchestration._json import UnreadableJSON, decode
 from orchestration._text import describe_validation_error
 from orchestration.catalog import Catalog
 from orchestration.errors import PlanIssue, PlanValidationError
-from orchestration.plan import Step, step_issues
+from orchestration.plan import CheckedSteps, Step, step_issues
 from planners._references import check_reference_paths
 from planners._step_scanner import ScannedStep, StepScanner
 
@@ -72,6 +72,9 @@ class PlanStream:
         self.doomed: str | None = None
         """Why the answer cannot be accepted, once a step showed it (None until then)."""
         self._accepted: dict[str, Step] = {}
+        self.checked = CheckedSteps({}, {})
+        """The steps handed back, with their edges: the final validation of the whole
+        answer does not check them again (``validate_plan(checked=...)``)."""
         self._seen: set[str] = set()
         self._waiting: dict[str, tuple[Step, set[str]]] = {}  # with its dependencies
         self._held: list[str] = []  # pieces not scanned yet (no closing brace among them)
@@ -150,12 +153,15 @@ class PlanStream:
         per-step checks of :func:`~orchestration.plan.validate_plan` (the same code),
         and the reference paths its dependencies' output schemas allow."""
         issues: list[PlanIssue] = []
-        step_issues(step, _KnownIds(self._accepted, step.id), self.catalog, issues,
-                    max_depth=self.max_depth)
+        edges = step_issues(step, _KnownIds(self._accepted, step.id), self.catalog, issues,
+                            max_depth=self.max_depth, parsed=self.checked.parsed)
         if not issues and self.check_references:
             upstream = {d: self._accepted[d] for d in dependencies if d in self._accepted}
             issues = check_reference_paths([step], self.catalog, known_steps=upstream)
-        return str(PlanValidationError(issues)) if issues else None
+        if issues:
+            return str(PlanValidationError(issues))
+        self.checked.steps[step.id] = (step, edges)
+        return None
 
 
 class _KnownIds:

@@ -49,7 +49,7 @@ from orchestration.errors import (
 )
 from orchestration.llm.base import LLMRequest, LLMResponse
 from orchestration.llm.embeddings import EmbeddingCache, EmbeddingsClient
-from orchestration.plan import ValidatedPlan, validate_plan
+from orchestration.plan import CheckedSteps, ValidatedPlan, validate_plan
 from orchestration.services import RunServices
 from orchestration.state import RunState
 from orchestration.telemetry._observer import PlanningObservation
@@ -141,12 +141,16 @@ class Planner:
         the listener started when this raises."""
         catalog, config = services.catalog, services.config
 
-        def accept(text: str) -> ValidatedPlan:
+        def accept(text: str, checked: CheckedSteps | None) -> ValidatedPlan:
             plan = _parse(text, config.max_json_depth)
             validated = _validate(lambda: validate_plan(
-                plan, catalog, max_steps=config.max_plan_steps, max_depth=config.max_json_depth))
+                plan, catalog, max_steps=config.max_plan_steps, max_depth=config.max_json_depth,
+                checked=checked))
             if self.check_references:
-                issues = check_reference_paths(plan.steps, catalog)
+                # a step checked while it streamed had its paths checked then
+                unchecked = (plan.steps if checked is None else
+                             [s for s in plan.steps if not checked.unchanged(s)])
+                issues = check_reference_paths(unchecked, catalog, known_steps=validated.steps)
                 if issues:
                     raise _Rejected(PlanFeedback("validation", str(PlanValidationError(issues)),
                                                  0, "plan", [str(i) for i in issues]))
@@ -177,7 +181,7 @@ class Planner:
             run.outputs, value_limit=limit,
             total_limit=max(limit, config.planner_prompt_budget_chars // 4))
 
-        def accept(text: str) -> RepairPlan | None:
+        def accept(text: str, checked: CheckedSteps | None) -> RepairPlan | None:
             plan = _parse(text, config.max_json_depth)
             if not plan.steps:
                 return None
@@ -235,7 +239,7 @@ class Planner:
         services: RunServices,
         purpose: str,
         prompt: BuiltPrompt,
-        accept: Callable[[str], T],
+        accept: Callable[[str, CheckedSteps | None], T],
         observation: PlanningObservation,
         listener: StepListener | None = None,
     ) -> T:
@@ -255,11 +259,13 @@ class Planner:
             number += 1
             request = LLMRequest(purpose=purpose, messages=list(messages),
                                  response_schema=schema, schema_name="plan")
+            checked: CheckedSteps | None = None
             try:
                 if listener is None:
                     response = await services.llm.complete(request)
                 else:
-                    response = await self._streamed(services, request, listener, number)
+                    response, checked = await self._streamed(services, request, listener,
+                                                             number)
             except LLMError as exc:
                 if listener is not None:
                     await listener.discard(f"plan attempt {number} failed: {exc}")
@@ -307,7 +313,7 @@ class Planner:
                     raise _Rejected(PlanFeedback(
                         "length", "the answer was cut off at the output length limit "
                         "(finish_reason=length)", number, purpose))
-                result = accept(response.content)
+                result = accept(response.content, checked)
             except _Rejected as rejected:
                 feedback = rejected.feedback
                 feedback = PlanFeedback(feedback.kind, feedback.error, number, purpose,
@@ -340,10 +346,11 @@ class Planner:
 
     async def _streamed(
         self, services: RunServices, request: LLMRequest, listener: StepListener, number: int
-    ) -> LLMResponse:
+    ) -> tuple[LLMResponse, CheckedSteps]:
         """One streamed plan attempt: its steps go to ``listener`` as they become ready;
         the whole answer is returned (the gateway's stream contract: its content is every
-        delta, in order). A step that shows the answer cannot be accepted has what was
+        delta, in order) with the steps checked on the way, which the final validation
+        does not check again. A step that shows the answer cannot be accepted has what was
         started discarded at once, and nothing more of this answer goes to the listener."""
         config = services.config
         reader = PlanStream(services.catalog, max_steps=config.max_plan_steps,
@@ -352,7 +359,12 @@ class Planner:
         async with aclosing(services.llm.stream(request)) as events:
             async for event in events:
                 if event.response is not None:
-                    return event.response
+                    return event.response, reader.checked
+                if event.last:
+                    # the rest of the answer is here: it is parsed and validated whole
+                    # now, and what had not started yet starts from the plan, so
+                    # reading it piece by piece first would only cost time
+                    continue
                 doomed = reader.doomed
                 for step in reader.feed(event.delta):
                     listener.step_ready(step)
