@@ -198,7 +198,7 @@ class ValidatedPlan:
         self.plan = plan
         self.graph = graph
         self.steps: dict[str, Step] = {s.id: s for s in plan.steps}
-        self.order: list[str] = order if order is not None else list(nx.topological_sort(graph))
+        self.order: list[str] = order if order is not None else _topological_order(graph)
         self.position: dict[str, int] = {sid: i for i, sid in enumerate(self.order)}
         """Each step's index in ``order``: sorts any set of steps into plan order."""
         self.parsed: dict[str, ParsedText] = parsed if parsed is not None else {}
@@ -251,6 +251,19 @@ class ValidatedPlan:
 
     def to_dict(self) -> dict[str, Any]:
         return self.plan.model_dump(mode="json", exclude_none=True)
+
+
+def _topological_order(graph: nx.DiGraph) -> list[str]:
+    """networkx's topological order of ``graph`` (``NetworkXUnfeasible`` on a cycle).
+
+    The sort asks the graph for its ``in_degree`` view, which the graph then keeps and
+    which refers back to it: a reference cycle, so every plan's graph (and what its run
+    holds on to) would wait for a full garbage collection instead of being freed when
+    the run ends. The view is dropped once the order is known."""
+    try:
+        return list(nx.topological_sort(graph))
+    finally:
+        vars(graph).pop("in_degree", None)
 
 
 @dataclass
@@ -428,7 +441,7 @@ def validate_plan(
         # one topological sort both proves the plan acyclic and gives the order;
         # find_cycle runs only to name a cycle known to exist
         try:
-            order = list(nx.topological_sort(graph))
+            order = _topological_order(graph)
         except nx.NetworkXUnfeasible:
             cycle = nx.find_cycle(graph)
             names = [edge[0] for edge in cycle] + [cycle[0][0]]

@@ -26,6 +26,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -52,6 +53,7 @@ from orchestration.store._base import (
     StoredRun,
     Write,
 )
+from orchestration.store._sqlite_writer import SqliteWriter
 
 __all__ = ["PostgresStore", "SqliteStore", "masked_url"]
 
@@ -446,9 +448,11 @@ class SqliteStore(_SQLStore):
     def __init__(self, url: str, path: Path) -> None:
         self.url = url
         self.path = path
-        self._conn: sqlite3.Connection | None = None
+        self._conn: sqlite3.Connection | None = None  # for reads
         self._identity: tuple[int, int] | None = None  # (device, inode) of the open file
-        self._lock = threading.Lock()  # one statement at a time on the shared connection
+        self._lock = threading.Lock()  # one statement at a time on the read connection
+        # writes go to one thread of their own, committed together (group commit)
+        self._writer = SqliteWriter(self._writer_connection, self._check_same_file, url)
 
     async def open(self) -> None:
         """Open the file and create or migrate its layout."""
@@ -460,9 +464,27 @@ class SqliteStore(_SQLStore):
             return
         if self._identity is not None or not create:
             self._check_same_file()  # a reconnect must find the file it had
-        try:
-            if create:
+        if create:
+            try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"run store {self.url}: cannot open {self.path}: {exc}. Check "
+                                 "the directory exists and is writable, or set "
+                                 "ORCH_STORE_URL.") from exc
+        conn = self._new_connection()
+        try:
+            stat = os.stat(self.path)
+        except OSError as exc:
+            conn.close()
+            raise StoreError(f"run store {self.url}: cannot open {self.path}: {exc}") from exc
+        if self._identity is None:
+            self._identity = (stat.st_dev, stat.st_ino)
+        self._conn = conn
+
+    def _new_connection(self) -> sqlite3.Connection:
+        """A connection to the file, set up as every one of ours is (WAL, the lease
+        clock's functions)."""
+        try:
             conn = sqlite3.connect(self.path, timeout=10.0, isolation_level=None,
                                    check_same_thread=False)
         except (OSError, sqlite3.Error) as exc:
@@ -473,15 +495,17 @@ class SqliteStore(_SQLStore):
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.create_function("dagwright_now", 0, _boot_clock)
             conn.create_function("dagwright_clock", 0, lambda: _BOOT_ID, deterministic=True)
-            stat = os.stat(self.path)
-        except (sqlite3.DatabaseError, OSError) as exc:
+        except sqlite3.DatabaseError as exc:
             conn.close()
             raise StoreError(f"run store {self.url}: {self.path} is not a SQLite database "
                              f"({exc}); it was left untouched. Move it away or set "
                              "ORCH_STORE_URL to another file.") from exc
-        if self._identity is None:
-            self._identity = (stat.st_dev, stat.st_ino)
-        self._conn = conn
+        return conn
+
+    def _writer_connection(self) -> sqlite3.Connection:
+        """The writer thread's connection: to the file first opened, never another."""
+        self._check_same_file()
+        return self._new_connection()
 
     def _check_same_file(self) -> None:
         """Raise :class:`StoreError` unless the path still names the file first opened."""
@@ -500,6 +524,7 @@ class SqliteStore(_SQLStore):
                 "into a store that no longer has their record.")
 
     async def close(self) -> None:
+        await self._writer.close()
         conn, self._conn = self._conn, None
         if conn is not None:
             await asyncio.to_thread(conn.close)
@@ -514,47 +539,6 @@ class SqliteStore(_SQLStore):
             assert self._conn is not None
             yield self._conn
 
-    def _run_transaction(
-        self, statements: list[Statement]
-    ) -> tuple[list[int], list[tuple[Any, ...]]]:
-        with self._connection() as conn:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                counts, rows = [], []
-                for sql, params in statements:
-                    cursor = conn.execute(sql, params)
-                    counts.append(cursor.rowcount)
-                    rows = cursor.fetchall() if cursor.description else []
-                conn.execute("COMMIT")
-                return counts, rows
-            except sqlite3.Error as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise StoreError(f"run store {self.url}: write failed: {exc}") from exc
-
-    def _run_write_many(self, groups: list[tuple[str, list[Sequence[Any]]]],
-                        guard: Statement | None, durable: bool) -> None:
-        with self._connection() as conn:
-            try:
-                if durable:  # fsync the WAL at this commit, not only at checkpoints
-                    conn.execute("PRAGMA synchronous=FULL")
-                conn.execute("BEGIN IMMEDIATE")
-                if guard is not None and conn.execute(*guard).rowcount != 1:
-                    conn.execute("ROLLBACK")
-                    raise _lease_lost(self.url, guard)
-                for sql, rows in groups:
-                    changed = conn.executemany(sql, rows).rowcount
-                    _check_counted(self.url, sql, len(rows), changed)
-                conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise StoreError(f"run store {self.url}: write failed: {exc}") from exc
-            finally:
-                if durable:
-                    with contextlib.suppress(sqlite3.Error):
-                        conn.execute("PRAGMA synchronous=NORMAL")
-
     def _run_fetch(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         with self._connection() as conn:
             try:
@@ -565,11 +549,11 @@ class SqliteStore(_SQLStore):
     async def _transaction(
         self, statements: list[Statement]
     ) -> tuple[list[int], list[tuple[Any, ...]]]:
-        return await asyncio.to_thread(self._run_transaction, statements)
+        return await self._writer.submit(partial(_statements, statements))
 
     async def _write_many(self, groups: list[tuple[str, list[Sequence[Any]]]], *,
                           guard: Statement | None = None, durable: bool = False) -> None:
-        await asyncio.to_thread(self._run_write_many, groups, guard, durable)
+        await self._writer.submit(partial(_groups, self.url, groups, guard), durable=durable)
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return await asyncio.to_thread(self._run_fetch, sql, params)
@@ -577,6 +561,29 @@ class SqliteStore(_SQLStore):
     async def _tables(self) -> set[str]:
         rows = await self._fetch("SELECT name FROM sqlite_master WHERE type = 'table'")
         return {r[0] for r in rows}
+
+
+def _statements(statements: list[Statement], conn: sqlite3.Connection
+                ) -> tuple[list[int], list[tuple[Any, ...]]]:
+    """Run ``statements`` (inside the writer's transaction): the row count of each, and
+    the rows the last one returned."""
+    counts: list[int] = []
+    rows: list[tuple[Any, ...]] = []
+    for sql, params in statements:
+        cursor = conn.execute(sql, params)
+        counts.append(cursor.rowcount)
+        rows = cursor.fetchall() if cursor.description else []
+    return counts, rows
+
+
+def _groups(url: str, groups: list[tuple[str, list[Sequence[Any]]]], guard: Statement | None,
+            conn: sqlite3.Connection) -> None:
+    """A batch of writes (inside the writer's transaction), first its lease fence."""
+    if guard is not None and conn.execute(*guard).rowcount != 1:
+        raise _lease_lost(url, guard)
+    for sql, rows in groups:
+        changed = conn.executemany(sql, rows).rowcount
+        _check_counted(url, sql, len(rows), changed)
 
 
 _PG_CLOCK = "EXTRACT(EPOCH FROM clock_timestamp())::double precision"
