@@ -29,7 +29,7 @@ from orchestration.llm._gateway import DebugRecorder, LLMGateway
 from orchestration.plan import Plan, ValidatedPlan
 from orchestration.result import RunResult, StepResult
 from orchestration.retry_policy import RetryPolicy
-from orchestration.services import RunServices
+from orchestration.services import CallInspector, RunServices
 from orchestration.state import RunState
 from orchestration.store import StoredRun
 from orchestration.store._recorder import RunRecorder
@@ -68,6 +68,9 @@ class LocalRuns:
         self.stores = stores
         self._transports = transports
         self.active: dict[str, RunHandle] = {}
+        # what every run's services share, made once per configuration rather than per
+        # run: (config, layers) -> (the LLM retry policy, the call inspector)
+        self._shared: tuple[object, object, RetryPolicy, CallInspector] | None = None
 
     # --- starting and continuing ----------------------------------------------------------
     async def start_new(
@@ -282,20 +285,24 @@ class LocalRuns:
         """What one run uses: its LLM gateway (budget, usage), transport and deadline."""
         parts = self._parts
         config = parts.config
+        shared = self._shared
+        if shared is None or shared[0] is not config or shared[1] is not parts.layers:
+            shared = self._shared = (config, parts.layers, RetryPolicy.for_llm(config),
+                                     parts.engine.call_inspector(parts.layers))
         budget = RunBudget(run, config, parts.observer)
         return RunServices(
             # a snapshot: a catalog refresh during the run must not change what it planned with
             catalog=parts.catalog.snapshot(), config=config, layers=parts.layers,
             llm=LLMGateway(
                 parts.llm, observer=parts.observer, usage=run.usage, run_id=run.run_id,
-                budget=budget, policy=RetryPolicy.for_llm(config),
+                budget=budget, policy=shared[2],
                 clock=parts.clock, debug_recorder=self._debug_recorder(),
             ),
             transport=self._transports.for_current_loop(config), observer=parts.observer,
             recorder=recorder, events=EventSink(run, recorder, parts.clock), clock=parts.clock,
             deadline=asyncio.get_running_loop().time() + config.run_timeout_s,
             budget=budget,
-            calls=parts.engine.call_inspector(parts.layers),
+            calls=shared[3],
         )
 
     def _debug_recorder(self) -> DebugRecorder | None:
