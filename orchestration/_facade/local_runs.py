@@ -22,6 +22,7 @@ from orchestration._events import EventCallback, EventSink
 from orchestration._facade.inputs import check_query, check_run_id
 from orchestration._facade.loop_resources import TransportPool
 from orchestration._facade.parts import FacadeParts
+from orchestration._facade.requests import RequestWatch
 from orchestration._facade.store_access import RunStoreAccess
 from orchestration.errors import DagwrightError, LeaseLost, StoreError
 from orchestration.handle import RunHandle
@@ -68,6 +69,8 @@ class LocalRuns:
         self.stores = stores
         self._transports = transports
         self.active: dict[str, RunHandle] = {}
+        self.requests = RequestWatch(lambda: self._parts.store, self.active)
+        """Cancels asked by other processes for the runs executing here."""
         # what every run's services share, made once per configuration rather than per
         # run: (config, layers) -> (the LLM retry policy, the call inspector)
         self._shared: tuple[object, object, RetryPolicy, CallInspector] | None = None
@@ -188,6 +191,7 @@ class LocalRuns:
         handle = RunHandle(run.run_id, run.query, state=run, sink=services.events,
                            cancellation=services.cancellation)
         self.active[run.run_id] = handle
+        self.requests.ensure()
         try:
             result = await self._execute_registered(run, services, handle, plan=plan,
                                                     stored=stored, approved=approved or {},

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from orchestration._events import EventCallback
+from orchestration._facade.cancellation import cancel_stored
 from orchestration._facade.local_runs import LocalRuns
 from orchestration._facade.parts import FacadeParts
 from orchestration.errors import ApprovalError
@@ -30,6 +31,15 @@ async def resume(
     if stored is None:
         raise stores.not_found(run_id)
     run = stored.state
+    cancels = (await parts.store.list_requests(kind="cancel", run_id=run_id)
+               if run.status in ("running", "awaiting_approval") else [])
+    if cancels:
+        # another process asked to cancel it while nobody could act on it: that stands
+        request = cancels[0]
+        reason = str((request.payload or {}).get("reason") or "cancelled on request")
+        result = await cancel_stored(parts, local, stored, reason)
+        await parts.store.drop_requests(run_id, "cancel")
+        return result
     if approvals and run.status != "awaiting_approval":
         raise ApprovalError(f"run {run_id!r} is not waiting for approval (it is "
                             f"{run.status}); there is nothing to decide")

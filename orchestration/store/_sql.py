@@ -53,6 +53,8 @@ from orchestration.store._base import (
     StoredRun,
     Write,
 )
+from orchestration.store._requests import _SCHEMA as REQUESTS_SCHEMA
+from orchestration.store._requests import SQLRequests
 from orchestration.store._sqlite_writer import SqliteWriter
 
 __all__ = ["PostgresStore", "SqliteStore", "masked_url"]
@@ -60,7 +62,7 @@ __all__ = ["PostgresStore", "SqliteStore", "masked_url"]
 Statement = tuple[str, Sequence[Any]]
 
 _TABLES = ("dagwright_meta", "dagwright_runs", "dagwright_steps", "dagwright_attempts",
-           "dagwright_calls", "dagwright_events", "dagwright_payloads")
+           "dagwright_calls", "dagwright_events", "dagwright_payloads", "dagwright_requests")
 
 # Version 1 of the layout. A later version adds a migration step to _MIGRATIONS.
 _SCHEMA_V1 = (
@@ -101,6 +103,8 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             run_id TEXT NOT NULL, key TEXT NOT NULL, data TEXT NOT NULL,
             PRIMARY KEY (run_id, key))""",
     ),
+    4: REQUESTS_SCHEMA,  # version 5: requests to runs another process executes (cancel,
+    # a decision): orchestration/store/_requests.py
 }
 """Statements that bring a layout of version ``n`` to ``n + 1`` (a new store is created at
 version 1 and brought up the same way, so every migration runs in every test)."""
@@ -267,7 +271,7 @@ def _boot_id() -> str:
 _BOOT_ID = _boot_id()
 
 
-class _SQLStore(ABC):
+class _SQLStore(SQLRequests, ABC):
     """Everything but connecting and executing, shared by SQLite and PostgreSQL."""
 
     url: str
@@ -342,7 +346,12 @@ class _SQLStore(ABC):
         if batch or lease is not None:
             guard = None if lease is None else (_RENEW, (lease_s, lease.run_id, lease.owner,
                                                          lease.generation))
-            await self._write_many(_write_groups(batch), guard=guard, durable=durable)
+            groups = _write_groups(batch)
+            changed = {op.run_id for op in batch if isinstance(op, SaveEvent | SaveRun)}
+            for run_id in sorted(changed):
+                groups.extend((sql, [params])
+                              for sql, params in self._announce("dagwright_runs", run_id))
+            await self._write_many(groups, guard=guard, durable=durable)
 
     async def load(self, run_id: str) -> StoredRun | None:
         rows = await self._fetch(
@@ -414,7 +423,7 @@ class _SQLStore(ABC):
         counts, _ = await self._transaction([
             *((f"DELETE FROM {table} WHERE run_id IN ({old})", params)
               for table in ("dagwright_steps", "dagwright_attempts", "dagwright_calls",
-                            "dagwright_events", "dagwright_payloads")),
+                            "dagwright_events", "dagwright_payloads", "dagwright_requests")),
             (f"DELETE FROM dagwright_runs WHERE run_id IN ({old})", params),
         ])
         return counts[-1]
@@ -636,6 +645,20 @@ class PostgresStore(_SQLStore):
         if conn is not None:
             with contextlib.suppress(Exception):
                 await conn.close()
+
+    def _announce(self, channel: str, key: str) -> list[Statement]:
+        # delivered to listeners when the transaction commits (and only then)
+        return [("SELECT pg_notify(?, ?)", (channel, key))]
+
+    async def connect_listener(self) -> Any:
+        """A connection of its own for ``LISTEN`` (orchestration/store/_feed.py)."""
+        import psycopg
+
+        try:
+            return await psycopg.AsyncConnection.connect(self._dsn, connect_timeout=10,
+                                                         autocommit=True)
+        except psycopg.Error as exc:
+            raise StoreError(f"run store {self.url}: cannot connect: {_first_line(exc)}") from exc
 
     @staticmethod
     def _pg(sql: str) -> str:

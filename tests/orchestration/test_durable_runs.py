@@ -334,9 +334,11 @@ def test_an_older_store_layout_is_migrated_and_a_newer_one_refused(
     assert result.status == "succeeded"
     assert [e.type for e in orch.get_events("migrated")][-1] == "run_finished"  # v2's events
     with sqlite3.connect(old) as conn:
-        assert conn.execute("SELECT value FROM dagwright_meta").fetchone() == ("4",)
+        assert conn.execute("SELECT value FROM dagwright_meta").fetchone() == ("5",)
         # v4's payloads of Temporal runs (claim-check): the table is there, empty
         assert conn.execute("SELECT count(*) FROM dagwright_payloads").fetchone() == (0,)
+        # v5's requests to runs other processes execute: there, empty
+        assert conn.execute("SELECT count(*) FROM dagwright_requests").fetchone() == (0,)
         # v3's fenced lease: the run was created at generation 1 and released at its end
         assert conn.execute("SELECT lease_generation, lease_owner FROM dagwright_runs "
                             "WHERE run_id = 'migrated'").fetchone() == (1, None)
