@@ -269,8 +269,18 @@ class OrchestratorConfig(BaseSettings):
     serve_port: int = Field(8080, ge=0, le=65535, description="Port of `dagwright serve` "
                             "(0: any free port).")
     serve_max_runs: int = Field(
-        8, ge=1, description="Runs `dagwright serve` executes at once; past it a new run "
-        "or decision gets 429 with Retry-After.")
+        8, ge=1, description="Runs `dagwright serve` executes at once, per process; past it "
+        "a new run gets 429 with Retry-After (a decision is queued for the first process "
+        "with a free slot).")
+    serve_workers: int = Field(
+        1, ge=1, le=256, description="Processes `dagwright serve` (--workers) runs on one "
+        "socket, sharing the run store: any of them answers for any run; a run executes in "
+        "one (docs/serve.md).")
+    serve_gc: Literal["untouched", "frozen", "throughput"] = Field(
+        "throughput", description="What `dagwright serve` does with Python's garbage "
+        "collector once started: untouched; frozen (gc.freeze(): what start built is never "
+        "walked again); throughput (frozen, and a young collection after 50,000 new "
+        "objects rather than 700). The library never changes it (docs/serve.md).")
     serve_token: SecretStr | None = Field(
         None, description="Bearer token every /v1 and /ui request of `dagwright serve` "
         "must carry (at least 16 characters); never logged.")

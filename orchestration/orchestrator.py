@@ -32,7 +32,7 @@ from orchestration._facade.history import RunHistory
 from orchestration._facade.inputs import RUN_ID_PATTERN, check_query, check_run_id
 from orchestration._facade.local_runs import LocalRuns
 from orchestration._facade.loop_resources import TransportPool, run_on_new_loop
-from orchestration._facade.resume import resume
+from orchestration._facade.resume import check_decisions, resume
 from orchestration._facade.store_access import RunStoreAccess
 from orchestration._facade.temporal import TemporalBackend, llm_for
 from orchestration.catalog import Catalog
@@ -294,6 +294,14 @@ class Orchestrator:
             return await self._temporal.runs().resume(run_id, approvals=approvals,
                                                       on_event=on_event)
         return await resume(self, self._local, run_id, approvals=approvals, on_event=on_event)
+
+    async def acheck_approvals(self, run_id: str, approvals: dict[str, Approval]) -> RunResult:
+        """Check decisions without applying them: the run as it is, or what
+        :meth:`aresume` would raise for ``approvals`` (:class:`ApprovalError`,
+        :class:`RunNotFound`). For a service that accepts a decision now and has it
+        applied later, wherever a slot is free (``dagwright serve``)."""
+        self._temporal.refuse("acheck_approvals")
+        return await check_decisions(self, self._local, run_id, approvals)
 
     async def plan(self, query: str) -> ValidatedPlan:
         """Plan without executing (what ``dagwright plan`` shows); nothing is recorded."""

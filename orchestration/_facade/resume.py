@@ -67,3 +67,23 @@ async def resume(
                if sid in run.steps and run.steps[sid].status != "awaiting_approval"]
     return await local.continue_run(stored, approved=approved, on_event=on_event,
                                     started=started, settled=settled)
+
+
+async def check_decisions(parts: FacadeParts, local: LocalRuns, run_id: str,
+                          approvals: dict[str, Approval]) -> RunResult:
+    """The run as it is, once ``approvals`` are known to fit it (they are tried on a copy:
+    nothing changes); raises what :func:`resume` would for them."""
+    stores = local.stores
+    await stores.open()
+    stored = await parts.store.load(run_id)
+    if stored is None:
+        raise stores.not_found(run_id)
+    run = stored.state
+    before = run.to_result()
+    parts.engine.expire(run)
+    if run.status != "awaiting_approval":
+        raise ApprovalError(f"run {run_id!r} is not waiting for approval (it is "
+                            f"{run.status}); there is nothing to decide")
+    services = local.services(run, RunRecorder(None, run_id, lease_s=1.0))
+    parts.engine.decide(run, approvals, services)
+    return before

@@ -53,7 +53,8 @@ async def healthz(request: Request) -> Response:
     except StoreError as exc:
         return JSONResponse({"status": "unavailable", "error": str(exc)}, status_code=503)
     return JSONResponse({"status": "ok", "active_runs": manager.active,
-                         "max_runs": manager.max_runs, "closing": manager.closing})
+                         "max_runs": manager.max_runs, "closing": manager.closing,
+                         "pid": os.getpid()})
 
 
 async def metrics(request: Request) -> Response:

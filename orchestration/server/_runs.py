@@ -9,6 +9,14 @@ the bound a request gets :class:`Busy` (the API answers 429 with ``Retry-After``
 Readers of a run's event stream wait on :meth:`RunManager.watch`; the manager wakes them
 when an execution of that run starts or ends here, so a stream that waited through an
 approval goes on the moment the run does.
+
+**Several processes, one store** (``--workers N``, replicas behind a load balancer): a
+run executes in the process that holds its lease, and every process looks after the
+runs nobody executes any more. Every :data:`SWEEP_S` (and at start), with the slots it
+has free, a process takes over the ``running`` runs whose lease expired by the store's
+clock or whose holder on this machine died (a resume, which re-sends nothing that may
+have happened), and resumes the runs whose decisions another process accepted without
+a free slot (:meth:`RunManager.decide` queues them in the store).
 """
 
 from __future__ import annotations
@@ -17,10 +25,13 @@ import asyncio
 import contextlib
 import logging
 
-from orchestration.errors import DagwrightError, RunLeased
+from orchestration.errors import ApprovalError, DagwrightError, RunLeased
 from orchestration.handle import RunHandle
 from orchestration.orchestrator import Orchestrator
 from orchestration.result import Approval
+from orchestration.store._feed import CHANNEL_REQUESTS, CHANNEL_RUNS, feed_of
+from orchestration.store._recorder import HOST, holder_is_dead
+from orchestration.store._requests import RunRequest
 
 __all__ = ["Busy", "RunManager"]
 
@@ -28,6 +39,13 @@ log = logging.getLogger("dagwright.serve")
 
 RETRY_AFTER_S = 5
 """What a 429 tells a client to wait: runs take seconds to minutes."""
+SWEEP_S = 1.0
+"""How often a server looks for runs to take over and queued decisions (a PostgreSQL
+store also wakes it when a decision is queued)."""
+STREAM_POLL_S = 0.25
+"""How often an event stream of a run executing elsewhere reads the store when the store
+cannot announce changes (SQLite); on PostgreSQL a notification wakes it at once."""
+_MAX_UNHELD = 1000
 
 
 class Busy(Exception):
@@ -73,9 +91,18 @@ class RunManager:
         self._track(handle)
         return handle
 
-    async def decide(self, run_id: str, step_id: str, approval: Approval) -> RunHandle:
-        """Apply a person's decision and continue the run in the background."""
-        self._take_slot()
+    async def decide(self, run_id: str, step_id: str, approval: Approval) -> RunHandle | None:
+        """Apply a person's decision and continue the run in the background; None when
+        every slot here is taken and the decision was queued in the run store instead
+        (checked first: a decision that does not fit raises as it would here), for the
+        first process with a free slot to act on."""
+        try:
+            self._take_slot()
+        except Busy:
+            if self.closing:
+                raise
+            await self._queue_decision(run_id, step_id, approval)
+            return None
         try:
             handle = await self.orchestrator.astart_resume(run_id, approvals={step_id: approval})
         except BaseException:
@@ -83,6 +110,16 @@ class RunManager:
             raise
         self._track(handle)
         return handle
+
+    async def _queue_decision(self, run_id: str, step_id: str, approval: Approval) -> None:
+        orchestrator = self.orchestrator
+        current = await orchestrator.acheck_approvals(run_id, {step_id: approval})
+        pending = next(p for p in current.pending_approvals if p.step_id == step_id)
+        await orchestrator.store.put_request(RunRequest(
+            run_id, "decision", step_id,
+            {"approval": approval.model_dump(mode="json"), "requested_at": pending.requested_at}))
+        log.info("run %s: the decision on step %s is queued (no free slot here); the first "
+                 "server with a free slot continues the run", run_id, step_id)
 
     def _take_slot(self) -> None:
         if self.closing:
@@ -109,44 +146,89 @@ class RunManager:
         self._free_slot()
         self._wake(handle.run_id)
 
-    # --- after a crash ----------------------------------------------------------------
+    # --- runs nobody executes: after a crash, a dead process, a queued decision -----
     def start_recovery(self) -> None:
-        """Resume, in the background, the runs a crash left ``running``."""
+        """Look after the runs nobody executes, now and every :data:`SWEEP_S`."""
         self._recovery = asyncio.get_running_loop().create_task(
-            self._recover(), name="dagwright-serve-recovery")
+            self._sweep_forever(), name="dagwright-serve-recovery")
 
-    async def _recover(self) -> None:
-        """Each interrupted run is resumed as a slot is free, oldest first. A run whose
-        lease a live process holds (another server executing it) raises ``RunLeased``
-        and is left to it."""
-        try:
-            interrupted = await self.orchestrator.alist_runs(status="running", limit=10_000)
-        except DagwrightError as exc:
-            log.error("could not list interrupted runs to resume them: %s", exc)
-            return
-        for summary in reversed(interrupted):
-            if self.orchestrator.active_run(summary.run_id) is not None:
-                continue
-            while self._used >= self.max_runs and not self.closing:
-                self._slot_freed.clear()
-                await self._slot_freed.wait()
-            if self.closing:
-                return
-            self._take_slot()
+    async def _sweep_forever(self) -> None:
+        feed = feed_of(self.orchestrator.store)
+        first = True
+        while not self.closing:
             try:
-                handle = await self.orchestrator.astart_resume(summary.run_id)
-            except RunLeased:
-                self._free_slot()
-                log.info("run %s is executed by another live process; not resumed here",
-                         summary.run_id)
-                continue
+                await self._sweep(first)
             except DagwrightError as exc:
-                self._free_slot()
-                log.warning("could not resume interrupted run %s: %s", summary.run_id, exc)
+                log.error("could not look for runs to take over: %s", exc)
+            first = False
+            await feed.wait(CHANNEL_REQUESTS, None, SWEEP_S)
+
+    async def _sweep(self, first: bool) -> None:
+        """Take over the runs whose holder is gone, and resume the runs whose decision
+        waits for a slot — as far as this server's slots allow. Oldest first."""
+        store = self.orchestrator.store
+        if first:  # the store is opened by the first read
+            await self.orchestrator.alist_runs(limit=1)
+        for held in await store.list_unheld(host=HOST, limit=_MAX_UNHELD):
+            if self._used >= self.max_runs or self.closing:
+                return
+            if self.orchestrator.active_run(held.run_id) is not None:
                 continue
-            self._track(handle)
-            self.recovered.append(summary.run_id)
-            log.info("resumed run %s, interrupted by a stop of its process", summary.run_id)
+            if not held.free and not holder_is_dead(held.owner):
+                continue
+            if await self._resume(held.run_id, None):
+                self.recovered.append(held.run_id)
+                log.info("resumed run %s, interrupted by a stop of its process", held.run_id)
+        decisions: dict[str, list[RunRequest]] = {}
+        for request in await store.list_requests(kind="decision"):
+            decisions.setdefault(request.run_id, []).append(request)
+        for run_id, requests in decisions.items():
+            if self._used >= self.max_runs or self.closing:
+                return
+            if self.orchestrator.active_run(run_id) is None:
+                await self._resume_decided(run_id, requests)
+
+    async def _resume_decided(self, run_id: str, requests: list[RunRequest]) -> None:
+        """Resume a run with the decisions another process queued for it (those that
+        answer the approvals it waits for now; the rest are stale and dropped)."""
+        store = self.orchestrator.store
+        current = await self.orchestrator.aget_run(run_id)
+        waiting = {p.step_id: p.requested_at for p in current.pending_approvals} \
+            if current is not None and current.status == "awaiting_approval" else {}
+        approvals: dict[str, Approval] = {}
+        for request in requests:
+            payload = request.payload or {}
+            if waiting.get(request.key) == payload.get("requested_at"):
+                approvals[request.key] = Approval.model_validate(payload.get("approval"))
+        stale = [r.key for r in requests if r.key not in approvals]
+        if stale:
+            await store.drop_requests(run_id, "decision", stale)
+        if approvals and await self._resume(run_id, approvals):
+            await store.drop_requests(run_id, "decision", list(approvals))
+            log.info("run %s: continued with the decision(s) on %s queued by another "
+                     "server", run_id, ", ".join(approvals))
+
+    async def _resume(self, run_id: str, approvals: dict[str, Approval] | None) -> bool:
+        """Resume ``run_id`` here in a slot; False when another process holds it or it
+        could not be resumed (logged)."""
+        self._take_slot()
+        try:
+            handle = await self.orchestrator.astart_resume(run_id, approvals=approvals)
+        except RunLeased:
+            self._free_slot()
+            log.info("run %s is executed by another live process; not resumed here", run_id)
+            return False
+        except ApprovalError as exc:
+            self._free_slot()
+            log.warning("run %s: a queued decision no longer applies (%s); dropped", run_id, exc)
+            await self.orchestrator.store.drop_requests(run_id, "decision", list(approvals or ()))
+            return False
+        except DagwrightError as exc:
+            self._free_slot()
+            log.warning("could not resume run %s: %s", run_id, exc)
+            return False
+        self._track(handle)
+        return True
 
     # --- readers ----------------------------------------------------------------------
     def watch(self, run_id: str) -> asyncio.Event:
@@ -166,6 +248,19 @@ class RunManager:
     def _wake(self, run_id: str) -> None:
         for event in self._watchers.get(run_id, ()):
             event.set()
+
+    async def changed(self, run_id: str, wake: asyncio.Event) -> None:
+        """Until ``wake`` is set (an execution of the run started or ended here), the
+        store announces a change of the run (PostgreSQL), or a poll's time passed."""
+        feed = feed_of(self.orchestrator.store)
+        timeout = 1.0 if feed.listens else STREAM_POLL_S
+        waits = [asyncio.ensure_future(wake.wait()),
+                 asyncio.ensure_future(feed.wait(CHANNEL_RUNS, run_id, timeout))]
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
 
     # --- stopping ---------------------------------------------------------------------
     async def shutdown(self) -> None:

@@ -54,7 +54,7 @@ from orchestration.store._base import (
     Write,
 )
 
-__all__ = ["RunRecorder", "holder_is_dead"]
+__all__ = ["HOST", "RunRecorder", "holder_is_dead"]
 
 log = logging.getLogger("dagwright.store")
 
@@ -63,7 +63,8 @@ FLUSH_DELAY_S = 0.05
 FLUSH_MAX = 512
 """A buffer this large is flushed at once."""
 
-_HOST = socket.gethostname()
+HOST = socket.gethostname()
+"""This machine's name, the first part of every lease holder's name (``host:pid:token``)."""
 
 
 def holder_is_dead(owner: str | None) -> bool:
@@ -73,7 +74,7 @@ def holder_is_dead(owner: str | None) -> bool:
         return False
     host, _, rest = owner.partition(":")
     pid_text = rest.partition(":")[0]
-    if host != _HOST or not pid_text.isdigit() or int(pid_text) == os.getpid():
+    if host != HOST or not pid_text.isdigit() or int(pid_text) == os.getpid():
         return False
     try:
         os.kill(int(pid_text), 0)
@@ -133,7 +134,7 @@ class RunRecorder:
         self.lease_s = lease_s
         # a recorder without a store (a plan-only call, a Temporal workflow, whose store is
         # its history) holds no lease and so draws no random owner token
-        self.owner = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}" if store is not None else ""
+        self.owner = f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}" if store is not None else ""
         self.lease: Lease | None = None
         self.failure: StoreError | None = None
         self.on_failure: Callable[[StoreError], None] | None = None

@@ -301,33 +301,13 @@ class _SQLStore(SQLRequests, ABC):
     # --- layout ---------------------------------------------------------------------
     async def _ensure_layout(self) -> None:
         tables = await self._tables()
-        ours = {t for t in tables if t.startswith("dagwright_")}
-        if "dagwright_meta" not in tables:
-            if ours:
-                raise StoreError(f"run store {self.url}: it has dagwright tables but no "
-                                 "dagwright_meta version record; it was not made by dagwright "
-                                 "or is damaged. Point ORCH_STORE_URL elsewhere.")
-            await self._transaction([*((s, ()) for s in _SCHEMA_V1), (
-                "INSERT INTO dagwright_meta (key, value) VALUES ('schema_version', '1')", ())])
-            version = 1
-        else:
-            version = await self._version()
-        if version > SCHEMA_VERSION:
-            raise StoreError(f"run store {self.url} was written by a newer dagwright (layout "
-                             f"version {version}, this one knows {SCHEMA_VERSION}); upgrade "
-                             "dagwright or use another store.")
-        for current in range(version, SCHEMA_VERSION):
-            await self._transaction([*((s, ()) for s in _MIGRATIONS[current]), (
-                "UPDATE dagwright_meta SET value = ? WHERE key = 'schema_version'",
-                (str(current + 1),))])
+        version = await self._version() if "dagwright_meta" in tables else None
+        for statements in _layout_transactions(self.url, tables, version):
+            await self._transaction(statements)
 
     async def _version(self) -> int:
         rows = await self._fetch("SELECT value FROM dagwright_meta WHERE key = 'schema_version'")
-        try:
-            return int(rows[0][0])
-        except (IndexError, ValueError) as exc:
-            raise StoreError(f"run store {self.url}: its schema version record is missing or "
-                             "unreadable; the database is damaged.") from exc
+        return _version_of(self.url, rows)
 
     # --- the interface --------------------------------------------------------------
     async def create_run(self, write: SaveRun, *, owner: str, lease_s: float) -> Lease | None:
@@ -571,6 +551,21 @@ class SqliteStore(_SQLStore):
         rows = await self._fetch("SELECT name FROM sqlite_master WHERE type = 'table'")
         return {r[0] for r in rows}
 
+    async def _ensure_layout(self) -> None:
+        """Create or migrate the layout in one transaction of the writer, which holds
+        the file's write lock from reading the version to the last migration: processes
+        that open a new (or older) file at once (``serve --workers``) do it once."""
+        await self._writer.submit(self._bring_layout)
+
+    def _bring_layout(self, conn: sqlite3.Connection) -> None:
+        tables = {r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
+        version = _version_of(self.url, conn.execute(
+            "SELECT value FROM dagwright_meta WHERE key = 'schema_version'").fetchall()
+        ) if "dagwright_meta" in tables else None
+        for statements in _layout_transactions(self.url, tables, version):
+            _statements(statements, conn)
+
 
 def _statements(statements: list[Statement], conn: sqlite3.Connection
                 ) -> tuple[list[int], list[tuple[Any, ...]]]:
@@ -593,6 +588,40 @@ def _groups(url: str, groups: list[tuple[str, list[Sequence[Any]]]], guard: Stat
     for sql, rows in groups:
         changed = conn.executemany(sql, rows).rowcount
         _check_counted(url, sql, len(rows), changed)
+
+
+def _layout_transactions(url: str, tables: set[str], version: int | None
+                         ) -> list[list[Statement]]:
+    """The transactions that create the layout, or bring it from ``version`` (None: no
+    ``dagwright_meta`` table) to :data:`SCHEMA_VERSION`; :class:`StoreError` for a
+    database that is not ours, or is newer than this code."""
+    ours = {t for t in tables if t.startswith("dagwright_")}
+    out: list[list[Statement]] = []
+    if version is None:
+        if ours:
+            raise StoreError(f"run store {url}: it has dagwright tables but no "
+                             "dagwright_meta version record; it was not made by dagwright "
+                             "or is damaged. Point ORCH_STORE_URL elsewhere.")
+        out.append([*((s, ()) for s in _SCHEMA_V1), (
+            "INSERT INTO dagwright_meta (key, value) VALUES ('schema_version', '1')", ())])
+        version = 1
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"run store {url} was written by a newer dagwright (layout "
+                         f"version {version}, this one knows {SCHEMA_VERSION}); upgrade "
+                         "dagwright or use another store.")
+    for current in range(version, SCHEMA_VERSION):
+        out.append([*((s, ()) for s in _MIGRATIONS[current]), (
+            "UPDATE dagwright_meta SET value = ? WHERE key = 'schema_version'",
+            (str(current + 1),))])
+    return out
+
+
+def _version_of(url: str, rows: list[tuple[Any, ...]]) -> int:
+    try:
+        return int(rows[0][0])
+    except (IndexError, ValueError) as exc:
+        raise StoreError(f"run store {url}: its schema version record is missing or "
+                         "unreadable; the database is damaged.") from exc
 
 
 _PG_CLOCK = "EXTRACT(EPOCH FROM clock_timestamp())::double precision"

@@ -1,0 +1,216 @@
+"""Several ``dagwright serve`` processes on one run store, as real processes on 127.0.0.1.
+
+Two servers share a SQLite file (one machine) or a PostgreSQL database (what replicas
+behind a load balancer share): a run executes in one of them, and the other answers for
+it — reads it, streams its events, takes its approval and its cancel — and finishes the
+runs of a server that was killed. The tools are the loopback side-effect server, which
+counts what it executed: nothing is executed twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.orchestration.server.live import wait_for
+from tests.orchestration.server.test_api import sse_events
+from tests.orchestration.server.test_serve_process import STOPPED, dagwright_serve, server_env
+from tests.support.postgres import PostgresServer
+from tests.support.side_effects import SideEffectTools
+
+pytestmark = pytest.mark.slow
+
+PLAN = {"steps": [
+    {"id": "quote", "tool": "stocks", "capability": "quote", "params": {"symbol": "TSLA"}},
+    {"id": "pay", "tool": "bank", "capability": "pay_keyed",
+     "params": {"amount": "{{quote.price}}", "to": "broker"}},
+    {"id": "receipt", "tool": "bank", "capability": "receipt", "params": {"paid": "{{pay.paid}}"}},
+]}
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/runs.db"
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    return server.create_database(f"replicas_{os.getpid()}_{time.monotonic_ns() % 10**9}")
+
+
+def env_for(tools: SideEffectTools, tmp_path: Path, store: str, *,
+            approvals: bool = False) -> dict[str, str]:
+    env = server_env(tools, tmp_path)
+    if approvals:  # bank.pay_keyed waits for a person
+        spec = tools.catalog()
+        for tool in spec["tools"]:
+            for cap in tool["capabilities"]:
+                if cap["name"] == "pay_keyed":
+                    cap["requires_approval"] = True
+        (tmp_path / "catalog.json").write_text(json.dumps(spec))
+    return {**env, "ORCH_STORE_URL": store}
+
+
+def two_servers(stack: ExitStack, env: dict[str, str],
+                log: Path) -> tuple[tuple[subprocess.Popen[str], str], tuple[subprocess.Popen[str], str]]:
+    return (stack.enter_context(dagwright_serve(env, log)),
+            stack.enter_context(dagwright_serve(env, log)))
+
+
+def run_of(url: str, run_id: str) -> dict[str, Any]:
+    return dict(httpx.get(f"{url}/v1/runs/{run_id}", timeout=10).json())
+
+
+class Follower:
+    """Reads a run's event stream from one server in a thread, as a browser would."""
+
+    def __init__(self, url: str, run_id: str) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.ended = threading.Event()
+        self._thread = threading.Thread(target=self._read, args=(url, run_id), daemon=True)
+        self._thread.start()
+
+    def _read(self, url: str, run_id: str) -> None:
+        try:
+            with httpx.Client(timeout=60) as http, \
+                    http.stream("GET", f"{url}/v1/runs/{run_id}/events") as response:
+                for event in sse_events(response):
+                    self.events.append(event)
+        finally:
+            self.ended.set()
+
+    def types(self) -> list[str]:
+        return [e["event"] for e in self.events]
+
+
+def test_a_run_started_on_one_server_is_followed_and_approved_through_the_other(
+    tools: SideEffectTools, tmp_path: Path, store_url: str,
+) -> None:
+    env = env_for(tools, tmp_path, store_url, approvals=True)
+    held = tools.hold_first("/quote")  # the first server is caught executing the run
+    with ExitStack() as stack:
+        (_, first), (_, second) = two_servers(stack, env, tmp_path / "serve.log")
+        started = httpx.post(f"{first}/v1/runs", json={"query": "pay", "plan": PLAN,
+                                                        "run_id": "shared-1"})
+        assert started.status_code == 202
+        assert held.wait(10)
+        # the other server reads it and follows it while the first executes it
+        assert run_of(second, "shared-1")["status"] == "running"
+        follower = Follower(second, "shared-1")
+        tools.release_first("/quote")
+        wait_for(lambda: run_of(second, "shared-1")["status"] == "awaiting_approval", timeout=20)
+        wait_for(lambda: "approval_required" in follower.types(), timeout=10)
+        assert not follower.ended.is_set()  # the stream stays open through the pause
+
+        decided = httpx.post(f"{second}/v1/runs/shared-1/approvals/pay", json={"approved": True})
+        assert decided.status_code == 202, decided.text
+        assert follower.ended.wait(20)
+        result = run_of(first, "shared-1")  # either server answers
+    assert result["status"] == "succeeded", result
+    types = follower.types()
+    seqs = [int(e["id"]) for e in follower.events]
+    assert seqs == sorted(set(seqs)), seqs  # every event once, in order
+    # what the first server did (the quote) and what the second did after the approval
+    assert types.index("step_finished") < types.index("approval_required")
+    assert types[-1] == "run_finished" and follower.events[-1]["data"]["data"]["status"] == "succeeded"
+    assert tools.executed == {"/quote": 1, "/pay_keyed": 1, "/receipt": 1}
+
+
+def test_a_run_executing_on_one_server_is_cancelled_through_the_other_within_a_second(
+    tools: SideEffectTools, tmp_path: Path, store_url: str,
+) -> None:
+    env = env_for(tools, tmp_path, store_url)
+    held = tools.hold_first("/quote")
+    with ExitStack() as stack:
+        (_, first), (_, second) = two_servers(stack, env, tmp_path / "serve.log")
+        httpx.post(f"{first}/v1/runs", json={"query": "pay", "plan": PLAN, "run_id": "stop-me"})
+        assert held.wait(10)
+        asked = time.monotonic()
+        cancelled = httpx.post(f"{second}/v1/runs/stop-me/cancel", timeout=30)
+        took = time.monotonic() - asked
+        assert cancelled.status_code == 200, cancelled.text
+        result = cancelled.json()
+        assert result["status"] == "cancelled"
+        assert result["steps"]["quote"]["status"] == "cancelled"
+        assert took < 2.5, took  # the owner stopped within a poll of the store
+        assert run_of(first, "stop-me")["status"] == "cancelled"
+        again = httpx.post(f"{first}/v1/runs/stop-me/cancel", timeout=30)
+        assert again.status_code == 409 and again.json()["error"]["code"] == "run_finished"
+        tools.release_first("/quote")
+    assert tools.executed.get("/pay_keyed", 0) == 0  # nothing after the cancelled step
+
+
+def test_the_runs_of_a_killed_server_are_finished_by_the_other_and_sent_once(
+    tools: SideEffectTools, tmp_path: Path, store_url: str,
+) -> None:
+    env = env_for(tools, tmp_path, store_url)
+    tools.hold.set()  # payments execute, then their answers are held back
+    with ExitStack() as stack:
+        first_proc, first = stack.enter_context(dagwright_serve(env, tmp_path / "first.log"))
+        for number in range(3):
+            posted = httpx.post(f"{first}/v1/runs", json={"query": "pay", "plan": PLAN,
+                                                           "run_id": f"orphan-{number}"})
+            assert posted.status_code == 202
+        wait_for(lambda: tools.executed["/pay_keyed"] == 3, timeout=20)
+        second_proc, second = stack.enter_context(dagwright_serve(env, tmp_path / "second.log"))
+        assert all(run_of(second, f"orphan-{n}")["status"] == "running" for n in range(3))
+        first_proc.send_signal(signal.SIGKILL)
+        first_proc.wait(10)
+        tools.hold.clear()
+        tools.release.set()
+        for number in range(3):
+            wait_for(lambda n=number: run_of(second, f"orphan-{n}")["status"] == "succeeded",
+                     timeout=30)
+        second_proc.send_signal(signal.SIGTERM)
+        assert second_proc.wait(20) in STOPPED
+    assert "resumed run orphan-" in (tmp_path / "second.log").read_text()
+    keys = [key for path, key, _ in tools.requests if path == "/pay_keyed"]
+    assert len(keys) == 6 and len(set(keys)) == 3  # each re-sent once, with its own key...
+    assert tools.executed == {"/quote": 3, "/pay_keyed": 3, "/receipt": 3}  # ...executed once
+
+
+def test_serve_with_two_workers_runs_on_both_and_stops_them_all(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    env = {**env_for(tools, tmp_path, f"sqlite:///{tmp_path}/runs.db"), "ORCH_SERVE_WORKERS": "2"}
+    with dagwright_serve(env, tmp_path / "serve.log") as (parent, url):
+        workers = wait_for(lambda: len(children(parent.pid)) == 2 and children(parent.pid),
+                           timeout=30)
+        with httpx.Client(base_url=url, timeout=30) as http:
+            for number in range(6):
+                answer = http.post("/v1/runs", json={"query": "pay", "plan": PLAN, "wait": True,
+                                                     "run_id": f"w-{number}"})
+                assert answer.status_code == 200 and answer.json()["status"] == "succeeded"
+            # any worker answers for any run
+            assert {http.get(f"/v1/runs/w-{n}").json()["status"] for n in range(6)} == {"succeeded"}
+        parent.send_signal(signal.SIGTERM)
+        parent.wait(30)
+        assert all(not Path(f"/proc/{pid}").exists() for pid in workers)
+    assert tools.executed == {"/quote": 6, "/pay_keyed": 6, "/receipt": 6}
+
+
+def children(pid: int) -> list[int]:
+    """The live worker processes ``pid`` started (from /proc; multiprocessing's resource
+    tracker, also a child, is not one)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid and fields[0] != "Z" and b"spawn_main" in (
+                entry / "cmdline").read_bytes():
+            found.append(int(entry.name))
+    return found
