@@ -214,3 +214,68 @@ def children(pid: int) -> list[int]:
                 entry / "cmdline").read_bytes():
             found.append(int(entry.name))
     return found
+
+
+def test_a_decision_taken_by_a_full_server_is_carried_out_where_a_slot_is_free(
+    tools: SideEffectTools, tmp_path: Path, store_url: str,
+) -> None:
+    env = {**env_for(tools, tmp_path, store_url, approvals=True), "ORCH_SERVE_MAX_RUNS": "1"}
+    held = tools.hold_first("/receipt")  # keeps the first server's only slot busy
+    busy_plan = {"steps": [{"id": "busy", "tool": "bank", "capability": "receipt",
+                            "params": {"paid": 1}}]}
+    with ExitStack() as stack:
+        (_, first), (_, second) = two_servers(stack, env, tmp_path / "serve.log")
+        paused = httpx.post(f"{second}/v1/runs", json={"query": "pay", "plan": PLAN,
+                                                        "run_id": "decided", "wait": True})
+        assert paused.status_code == 200 and paused.json()["status"] == "awaiting_approval"
+        httpx.post(f"{first}/v1/runs", json={"query": "busy", "plan": busy_plan, "run_id": "busy"})
+        assert held.wait(10)
+        assert httpx.get(f"{first}/healthz").json()["active_runs"] == 1  # full
+
+        wrong = httpx.post(f"{first}/v1/runs/decided/approvals/pay",
+                           json={"approved": True, "params": {"amount": "lots"}})
+        assert wrong.status_code == 422  # checked before it is queued
+        queued = httpx.post(f"{first}/v1/runs/decided/approvals/pay", json={"approved": True})
+        assert queued.status_code == 202, queued.text
+        assert queued.json()["decision"] == "queued"
+        # the other server has a slot: it continues the run
+        wait_for(lambda: run_of(first, "decided")["status"] == "succeeded", timeout=30)
+        tools.release_first("/receipt")
+        wait_for(lambda: run_of(first, "busy")["status"] == "succeeded", timeout=20)
+    log = (tmp_path / "serve.log").read_text()
+    assert "the decision on step pay is queued" in log
+    assert "continued with the decision(s) on pay queued by another server" in log
+    assert tools.executed == {"/quote": 1, "/pay_keyed": 1, "/receipt": 2}
+
+
+def test_a_cancel_waiting_for_a_frozen_server_is_carried_out_when_it_dies(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    env = env_for(tools, tmp_path, f"sqlite:///{tmp_path}/runs.db")
+    tools.hold.set()
+    with ExitStack() as stack:
+        first_proc, first = stack.enter_context(dagwright_serve(env, tmp_path / "first.log"))
+        _, second = stack.enter_context(dagwright_serve(env, tmp_path / "second.log"))
+        httpx.post(f"{first}/v1/runs", json={"query": "pay", "plan": PLAN, "run_id": "doomed"})
+        assert tools.arrived.wait(10)  # the payment executed; its answer is held back
+        first_proc.send_signal(signal.SIGSTOP)  # alive and holding the run, but deaf
+        answer: list[httpx.Response] = []
+        asking = threading.Thread(target=lambda: answer.append(
+            httpx.post(f"{second}/v1/runs/doomed/cancel", timeout=60)))
+        asking.start()
+        time.sleep(1.5)  # the cancel request waits in the store for its owner
+        assert not answer
+        first_proc.send_signal(signal.SIGKILL)
+        first_proc.wait(10)
+        asking.join(60)
+        tools.hold.clear()
+        tools.release.set()
+    (cancelled,) = answer
+    assert cancelled.status_code == 200, cancelled.text
+    result = cancelled.json()
+    assert result["status"] == "cancelled"
+    # the payment was in flight when its process died: reported unknown, and the run was
+    # cancelled rather than resumed, so it was not sent again (not even with its key)
+    assert result["steps"]["pay"]["status"] == "unknown"
+    assert [path for path, _, _ in tools.requests].count("/pay_keyed") == 1
+    assert tools.executed == {"/quote": 1, "/pay_keyed": 1}
