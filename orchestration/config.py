@@ -88,7 +88,8 @@ class OrchestratorConfig(BaseSettings):
     llm_script: Path | None = Field(
         None, description="JSON file with a list of scripted answers (provider scripted), "
         "used in order, one per LLM call, from the first again in each new process: a plan "
-        "object (`{\"steps\": [...]}`) for a planning call, a string for an answer."
+        "object (`{\"steps\": [...]}`) for a planning call, a string for an answer. Or "
+        "`module:function`, called with each request (sync or async) for its answer."
     )
     llm_max_retries: int = Field(
         2, ge=0, description="Retries of an LLM call after a rate limit, timeout or 5xx."

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import pkgutil
+import re
 
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import ConfigError
 from orchestration.llm.base import LLMClient
 from orchestration.llm.scripted import ScriptedLLM
+
+_FUNCTION = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+"""``module:function``: a scripted answer made by a function (one answer per request)."""
 
 
 def client_from_config(config: OrchestratorConfig) -> LLMClient:
@@ -16,6 +21,15 @@ def client_from_config(config: OrchestratorConfig) -> LLMClient:
     if config.llm_provider == "scripted":
         if config.llm_script is None:
             raise ConfigError("ORCH_LLM_PROVIDER=scripted needs ORCH_LLM_SCRIPT (a JSON list file)")
+        reference = str(config.llm_script)
+        if _FUNCTION.fullmatch(reference) and not config.llm_script.exists():
+            try:
+                answer = pkgutil.resolve_name(reference)
+            except (ImportError, AttributeError, ValueError) as exc:
+                raise ConfigError(f"ORCH_LLM_SCRIPT={reference}: cannot be imported: {exc}") from exc
+            if not callable(answer):
+                raise ConfigError(f"ORCH_LLM_SCRIPT={reference}: not a function")
+            return ScriptedLLM(answer)
         try:
             answers = json.loads(config.llm_script.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:

@@ -14,7 +14,6 @@ import sys
 from typing import TextIO
 
 import uvicorn
-from uvicorn.supervisors import Multiprocess
 
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import ConfigError
@@ -22,7 +21,7 @@ from orchestration.logging_setup import configure_logging
 from orchestration.orchestrator import Orchestrator
 from orchestration.server._gc import tune_collector
 from orchestration.server._security import check_exposure, check_token
-from orchestration.server._workers import serve_app
+from orchestration.server._workers import WorkerSupervisor, reuse_port_sockets, serve_app
 
 __all__ = ["serve"]
 
@@ -34,12 +33,14 @@ LISTEN_BACKLOG = 2048
 """uvicorn's own default backlog."""
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
         sock = socket.socket(family, kind, proto)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:  # the workers' sockets join it on the same address
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(address)
         sock.listen(LISTEN_BACKLOG)
     except OSError as exc:
@@ -70,7 +71,7 @@ def serve(*, host: str | None = None, port: int | None = None, insecure: bool = 
     configure_logging(config)
     config = config.model_copy(update={"serve_host": host})
     orchestrator = Orchestrator.from_env(config=config)  # a bad catalog fails here, once
-    sock = _bind(host, port)
+    sock = _bind(host, port, reuse_port=workers > 1)
     try:
         shown = f"[{host}]" if ":" in host else host
         actual = sock.getsockname()[1]
@@ -104,4 +105,9 @@ def _serve_workers(config: OrchestratorConfig, workers: int, sock: socket.socket
         "orchestration.server._workers:worker_app", factory=True, workers=workers,
         log_level=config.log_level.lower(), lifespan="on",
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, log_config=None)
-    Multiprocess(uvicorn_config, sockets=[sock]).run()
+    sockets = reuse_port_sockets(sock, workers, LISTEN_BACKLOG)
+    try:
+        WorkerSupervisor(uvicorn_config, sockets).run()
+    finally:
+        for extra in sockets[1:]:
+            extra.close()

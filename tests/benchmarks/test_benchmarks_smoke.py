@@ -175,12 +175,15 @@ def test_recovery_scenarios_and_tools_meet_the_brief() -> None:
 
 def test_throughput_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     report = tmp_path / "bench.md"
-    argv = ["--levels", "3", "--llm-latency", "0.01", "--tool-ms", "1,2", "--report", str(report)]
+    argv = ["--runs", "4", "--levels", "3", "--llm-latency", "0.01", "--tool-ms", "1,2",
+            "--reference", "", "--report", str(report)]
     assert throughput.main(argv) == 0
     out = capsys.readouterr().out
-    assert re.search(r"N=\s+3:\s+[\d.]+ runs/s", out)
+    assert re.search(r"library, defaults: N=\s+4:\s+[\d.]+ runs/s", out)
+    assert re.search(r"`serve --workers 2` over HTTP: N=\s+4:\s+[\d.]+ runs/s", out)
     body = section(report, "throughput")
     assert_preamble(body, "throughput")
+    assert "| `serve --workers 1` over HTTP | " in body and "--workers 2` does" in body
     assert re.search(r"\| 3 \| [\d.]+ \| [\d.,]+ \|", body)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import threading
 import time
@@ -278,3 +279,35 @@ def test_a_cancel_waiting_for_a_frozen_server_is_carried_out_when_it_dies(
     assert result["steps"]["pay"]["status"] == "unknown"
     assert [path for path, _, _ in tools.requests].count("/pay_keyed") == 1
     assert tools.executed == {"/quote": 1, "/pay_keyed": 1}
+
+
+def test_a_killed_worker_is_replaced_and_its_runs_finished_with_payments_sent_once(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    env = {**env_for(tools, tmp_path, f"sqlite:///{tmp_path}/runs.db"), "ORCH_SERVE_WORKERS": "2"}
+    tools.hold.set()
+    with dagwright_serve(env, tmp_path / "serve.log") as (parent, url):
+        workers = wait_for(lambda: len(children(parent.pid)) == 2 and children(parent.pid),
+                           timeout=30)
+        for number in range(4):  # connections spread over both workers
+            posted = httpx.post(f"{url}/v1/runs", json={"query": "pay", "plan": PLAN,
+                                                         "run_id": f"k-{number}"}, timeout=30)
+            assert posted.status_code == 202
+        wait_for(lambda: tools.executed["/pay_keyed"] == 4, timeout=20)
+        with sqlite3.connect(tmp_path / "runs.db") as db:  # who holds what, by the store
+            owners = [int(owner.split(":")[1]) for (owner,) in db.execute(
+                "SELECT lease_owner FROM dagwright_runs WHERE run_id LIKE 'k-%'")]
+        victim = owners[0]
+        assert victim in workers
+        os.kill(victim, signal.SIGKILL)
+        # the supervisor starts another worker in its place
+        wait_for(lambda: len(children(parent.pid)) == 2 and victim not in children(parent.pid),
+                 timeout=30)
+        tools.hold.clear()
+        tools.release.set()
+        for number in range(4):
+            wait_for(lambda n=number: httpx.get(f"{url}/v1/runs/k-{n}", timeout=10).json()[
+                "status"] == "succeeded", timeout=40)
+        parent.send_signal(signal.SIGTERM)
+        parent.wait(30)
+    assert tools.executed == {"/quote": 4, "/pay_keyed": 4, "/receipt": 4}
