@@ -18,6 +18,7 @@ from benchmarks import (
     http_calls,
     lean_path,
     llm_sim,
+    planner_path,
     recovery,
     scale_out,
     scheduler,
@@ -270,3 +271,14 @@ def test_selection_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     body = section(report, "selection")
     assert_preamble(body, "selection")
     assert "| corpus/plain | 1 |" in body and "| 400 |" in body
+
+
+def test_planner_path_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "bench.md"
+    argv = ["--steps", "30", "--repeats", "1", "--reference", "", "--report", str(report)]
+    assert planner_path.main([*argv, "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"planner, whole answer\s+wall\s+[\d.]+ µs/step \([\d.]+× given\)", out)
+    body = section(report, "planner_path")
+    assert_preamble(body, "planner_path")
+    assert "| planner, large pieces | " in body and "goal" in body
