@@ -86,6 +86,7 @@ class EarlySteps:
         self._early: set[str] = set()  # steps that may start early
         # the early steps as one plan, grown as they arrive: what their runners share
         self._plan = ValidatedPlan.growing()
+        self._runner: StepRunner | None = None  # the early steps' runner, shared as the plan
         self._blocked: dict[str, set[str]] = {}  # dependencies not yet succeeded
         self._dependents: dict[str, list[str]] = {}
         self._ready: deque[str] = deque()
@@ -171,8 +172,11 @@ class EarlySteps:
                 self._ready.clear()
                 return
             step_id = self._ready.popleft()
-            runner = StepRunner(self._plan, self.run, services, self.executor.capabilities,
-                                self.executor.handlers)
+            runner = self._runner
+            if runner is None or runner.plan is not self._plan:  # one per (growing) plan
+                runner = self._runner = StepRunner(self._plan, self.run, services,
+                                                   self.executor.capabilities,
+                                                   self.executor.handlers)
             self._tasks[step_id] = loop.create_task(
                 self._run(step_id, runner), name=f"dagwright-early-step-{step_id}",
                 context=self._context.copy())

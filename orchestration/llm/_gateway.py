@@ -64,16 +64,21 @@ class _Channel:
     delivered piece by piece as before.
     """
 
-    __slots__ = ("_waiter", "end", "pieces")
+    __slots__ = ("_waiter", "delivered", "end", "pieces")
 
     def __init__(self) -> None:
         self.pieces: list[str] = []
+        self.delivered = False
+        """Text has been handed over: the call may no longer be retried."""
         self.end: LLMStreamEvent | BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
 
     def put(self, delta: str) -> None:
         self.pieces.append(delta)
-        self._wake()
+        self.delivered = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def close(self, end: LLMStreamEvent | BaseException) -> None:
         self.end = end
@@ -227,25 +232,19 @@ class LLMGateway:
         self, request: LLMRequest, channel: _Channel
     ) -> None:
         """Run the streamed call with its retries, feeding ``channel``; never raises."""
-        delivered = False
-
-        def deliver(event: LLMStreamEvent) -> None:
-            nonlocal delivered
-            delivered = True
-            channel.put(event.delta)
 
         def worth_retrying(exc: BaseException) -> bool:
-            return not delivered and _worth_retrying(exc)
+            return not channel.delivered and _worth_retrying(exc)
 
         try:
-            response = await self._with_retries(lambda: self._one_stream(request, deliver),
-                                                worth_retrying)
+            response = await self._with_retries(
+                lambda: self._one_stream(request, channel.put), worth_retrying)
             channel.close(LLMStreamEvent(response=response))
         except Exception as exc:  # handed to the consumer, who raises it
             channel.close(exc)
 
     async def _one_stream(
-        self, request: LLMRequest, deliver: Callable[[LLMStreamEvent], None]
+        self, request: LLMRequest, deliver: Callable[[str], None]
     ) -> LLMResponse:
         """One streamed call: every delta to ``deliver``, the final response returned."""
         self._spend_call(request)
@@ -282,9 +281,14 @@ class LLMGateway:
         self,
         request: LLMRequest,
         parts: list[str],
-        deliver: Callable[[LLMStreamEvent], None],
+        deliver: Callable[[str], None],
     ) -> LLMResponse:
-        events = stream_from(self.client, request)
+        # a client that streams is read directly (every piece of a long answer passes
+        # here: one async generator less per piece), any other through stream_from
+        client = self.client
+        events = (client.stream(request) if supports_streaming(client)
+                  else stream_from(client, request))
+        append = parts.append
         try:
             async for event in events:
                 if event.response is not None:
@@ -294,9 +298,10 @@ class LLMGateway:
                         # content differs from its deltas must not contradict it.
                         return dataclasses.replace(event.response, content=text)
                     return event.response
-                if event.delta:
-                    parts.append(event.delta)
-                    deliver(event)
+                delta = event.delta
+                if delta:
+                    append(delta)
+                    deliver(delta)
         finally:
             await close_iterator(events)
         raise LLMError(LLMErrorKind.MALFORMED,
