@@ -73,7 +73,8 @@ class SqliteWriter:
         self._url = url
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
-        self._conn: sqlite3.Connection | None = None
+        self._running = False  # a thread serves the queue (changed under _start_lock)
+        self._stop_asked = False  # a stop is in the queue (one at most)
         self._start_lock = threading.Lock()
 
     async def submit(self, work: Callable[[sqlite3.Connection], T], *,
@@ -83,68 +84,69 @@ class SqliteWriter:
         loop = asyncio.get_running_loop()
         write: _Write[T] = _Write(work, durable, loop, loop.create_future())
         write.future.add_done_callback(_retrieve)
-        self._ensure_thread()
-        self._queue.put(write)
+        with self._start_lock:  # the thread decides to stop under this lock too
+            self._queue.put(write)
+            if not self._running:
+                self._running = True
+                self._thread = threading.Thread(target=self._serve, daemon=True,
+                                                name="dagwright-sqlite-writer")
+                self._thread.start()
         # the write may be committed even if the caller stops waiting for it (it is in
         # a transaction already), exactly as a write made in a thread of the loop's pool
         return await asyncio.shield(write.future)
 
-    def _ensure_thread(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
-            return
-        with self._start_lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._serve, daemon=True,
-                                                name="dagwright-sqlite-writer")
-                self._thread.start()
-
     async def close(self) -> None:
-        """Apply what is queued, stop the thread, close its connection."""
-        thread = self._thread
-        if thread is None:
-            return
-        self._queue.put(_STOP)
-        await asyncio.to_thread(thread.join)
-        self._thread = None
+        """Apply what is queued, stop the thread, close its connection. (A write
+        submitted meanwhile, from another event loop, is applied first, or starts the
+        thread again.)"""
+        with self._start_lock:
+            thread = self._thread if self._running else None
+            if thread is not None and not self._stop_asked:
+                self._stop_asked = True
+                self._queue.put(_STOP)
+        if thread is not None:
+            await asyncio.to_thread(thread.join)
 
     # --- the thread ----------------------------------------------------------------
     def _serve(self) -> None:
+        conn: sqlite3.Connection | None = None  # this thread's own
         try:
             while True:
                 first = self._queue.get()
                 if first is _STOP:
-                    return
+                    with self._start_lock:
+                        if self._queue.empty():
+                            self._running = self._stop_asked = False
+                            return
+                        self._queue.put(_STOP)  # writes came after it: they go first
+                    continue
                 batch: list[_Write[Any]] = [first]
-                stop = False
                 while len(batch) < MAX_BATCH:
                     try:
                         item = self._queue.get_nowait()
                     except queue.Empty:
                         break
                     if item is _STOP:
-                        stop = True
+                        self._queue.put(_STOP)  # after this batch
                         break
                     batch.append(item)
-                self._apply(batch)
+                conn = self._apply(batch, conn)
                 _deliver(batch)
-                if stop:
-                    return
         finally:
-            conn, self._conn = self._conn, None
             if conn is not None:
                 with contextlib.suppress(sqlite3.Error):
                     conn.close()
 
-    def _apply(self, batch: list[_Write[Any]]) -> None:
-        """One transaction for ``batch``, each write in a savepoint of its own."""
+    def _apply(self, batch: list[_Write[Any]],
+               conn: sqlite3.Connection | None) -> sqlite3.Connection | None:
+        """One transaction for ``batch``, each write in a savepoint of its own; the
+        connection to use next (None after a failure: the next batch reconnects)."""
         durable = any(w.durable for w in batch)
-        conn: sqlite3.Connection | None = None
         try:
-            if self._conn is None:
-                self._conn = self._connect()
+            if conn is None:
+                conn = self._connect()
             else:
                 self._check()
-            conn = self._conn
             if durable:  # fsync the WAL at this commit, not only at checkpoints
                 conn.execute("PRAGMA synchronous=FULL")
             conn.execute("BEGIN IMMEDIATE")
@@ -165,15 +167,16 @@ class SqliteWriter:
             for write in batch:
                 if write.failed is None:
                     write.failed, write.outcome = error, None
-            if not isinstance(exc, StoreError) and self._conn is not None:
+            if not isinstance(exc, StoreError) and conn is not None:
                 # a connection that failed is not trusted again: the next batch reconnects
                 with contextlib.suppress(sqlite3.Error):
-                    self._conn.close()
-                self._conn = None
+                    conn.close()
+                return None
         finally:
-            if durable and self._conn is not None:
+            if durable and conn is not None:
                 with contextlib.suppress(sqlite3.Error):
-                    self._conn.execute("PRAGMA synchronous=NORMAL")
+                    conn.execute("PRAGMA synchronous=NORMAL")
+        return conn
 
 
     def _error(self, exc: BaseException) -> StoreError:

@@ -64,3 +64,42 @@ async def test_a_store_whose_file_was_removed_fails_every_write(tmp_path: Path) 
                               lease_s=30)
     finally:
         await store.close()
+
+
+def test_writes_from_one_loop_go_through_while_another_closes_the_store(tmp_path: Path) -> None:
+    # the sync API closes the store at the end of each call's event loop, while runs of
+    # another thread keep writing: no write is lost or left waiting
+    import threading
+
+    store = open_store(f"sqlite:///{tmp_path}/runs.db")
+
+    async def setup() -> Lease:
+        await store.open()
+        lease = await store.create_run(snapshot(RunState(run_id="r", query="q")), owner="me",
+                                       lease_s=300)
+        assert lease is not None
+        return lease
+
+    lease = asyncio.run(setup())
+
+    async def writes() -> None:
+        for seq in range(1, 201):
+            await asyncio.wait_for(store.write(
+                [SaveEvent("r", seq, "plan_ready", 0.0, {})], lease=lease, lease_s=300), 10)
+
+    async def closes() -> None:
+        for _ in range(200):
+            await store.close()
+            await asyncio.sleep(0)
+
+    closer = threading.Thread(target=lambda: asyncio.run(closes()))
+    closer.start()
+    asyncio.run(writes())
+    closer.join(30)
+    assert not closer.is_alive()
+
+    async def check() -> None:
+        assert [e.seq for e in await store.load_events("r")] == list(range(1, 201))
+        await store.close()
+
+    asyncio.run(check())
