@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING
 from executors._executor import failed_by_bug
 from executors._step_runner import StepRunner
 from orchestration.capability import Capability
-from orchestration.plan import Step, ValidatedPlan
+from orchestration.plan import Step, ValidatedPlan, same_step
 from orchestration.result import StepResult
 from orchestration.services import RunServices
 from orchestration.state import RunState
@@ -100,12 +100,11 @@ class EarlySteps:
         """Steps started early over every attempt (those thrown away included)."""
 
     # --- the StepListener side (the planner) --------------------------------------------
-    def step_ready(self, step: Step) -> None:
+    def step_ready(self, step: Step, dependencies: set[str]) -> None:
         """A step of the plan is complete and valid on its own: start it when it may."""
         if self._handed_over:
             return
         self._steps[step.id] = step
-        dependencies = step.dependencies()
         capability = self.services.catalog.get(step.tool, step.capability)
         if not may_start_early(capability) or not dependencies <= self._early:
             return
@@ -149,7 +148,7 @@ class EarlySteps:
         with everything else started (the plan then runs as if nothing had)."""
         if self._handed_over:
             return {}
-        differ = [sid for sid in self._tasks if plan.steps.get(sid) != self._steps[sid]]
+        differ = [sid for sid in self._tasks if not same_step(plan.steps.get(sid), self._steps[sid])]
         if differ:
             await self.discard(f"the validated plan does not have the step(s) "
                                f"{', '.join(differ)} as they streamed")

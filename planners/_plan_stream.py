@@ -49,13 +49,14 @@ deep) then act on an answer that never closes a brace, and memory stays bounded.
 class StepListener(Protocol):
     """Who acts on the steps of a plan while it streams (the engine starts them early).
 
-    ``step_ready`` gets each step the moment it is complete and valid on its own, every
+    ``step_ready`` gets each step (and the steps it depends on) the moment it is complete
+    and valid on its own, every
     step after those it depends on. ``discard`` says that the work done for this answer
     must be thrown away — the answer was rejected, failed, or cannot be accepted — with
     the reason; steps of the next attempt may follow it.
     """
 
-    def step_ready(self, step: Step) -> None: ...
+    def step_ready(self, step: Step, dependencies: set[str]) -> None: ...
 
     async def discard(self, reason: str) -> None: ...
 
@@ -111,6 +112,10 @@ class PlanStream:
     def accepted(self) -> list[str]:
         """The ids of the steps handed back so far."""
         return list(self._accepted)
+
+    def dependencies(self, step_id: str) -> set[str]:
+        """The steps a step handed back depends on (found when it was checked)."""
+        return set(self.checked.steps[step_id][1])
 
     def _take(self, scanned: ScannedStep, ready: list[Step]) -> None:
         where = f"step {scanned.index + 1} of the plan"

@@ -367,7 +367,7 @@ class Planner:
                     continue
                 doomed = reader.doomed
                 for step in reader.feed(event.delta):
-                    listener.step_ready(step)
+                    listener.step_ready(step, reader.dependencies(step.id))
                 if reader.doomed is not None and doomed is None:
                     await listener.discard(f"plan attempt {number} cannot be accepted: "
                                            f"{reader.doomed}")
