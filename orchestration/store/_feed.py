@@ -56,7 +56,7 @@ class _Listener(StoreFeed):
     listens = True
 
     def __init__(self, store: Any) -> None:
-        self._store = store
+        self._store = weakref.ref(store)  # the feed is kept by the store, not the reverse
         self._waiters: dict[tuple[str, str | None], set[asyncio.Future[None]]] = {}
         self._task: asyncio.Task[None] | None = None
         self._conn: Any = None
@@ -81,8 +81,11 @@ class _Listener(StoreFeed):
     async def _listen(self) -> None:
         """Receive notifications and wake the waiters; reconnect after a failure."""
         while self._waiters:
+            store = self._store()
+            if store is None:
+                return
             try:
-                self._conn = await self._store.connect_listener()
+                self._conn = await store.connect_listener()
                 for channel in (CHANNEL_RUNS, CHANNEL_REQUESTS):
                     await self._conn.execute(f"LISTEN {channel}")
                 async for notice in self._conn.notifies():
@@ -93,7 +96,7 @@ class _Listener(StoreFeed):
                 raise
             except Exception as exc:  # a lost connection: waits end at their timeouts
                 log.warning("run store %s: listening for changes failed (%s); waits poll "
-                            "until it is back", getattr(self._store, "url", "?"), exc)
+                            "until it is back", getattr(store, "url", "?"), exc)
                 await asyncio.sleep(RECONNECT_S)
             finally:
                 conn, self._conn = self._conn, None
@@ -114,16 +117,19 @@ class _Listener(StoreFeed):
                 await self._task
 
 
-_FEEDS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, StoreFeed]] = (
+_FEEDS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
+                                   weakref.WeakKeyDictionary[Any, StoreFeed]] = (
     weakref.WeakKeyDictionary())
 
 
 def feed_of(store: Any) -> StoreFeed:
     """The feed of ``store`` on the running event loop (made on first use)."""
     loop = asyncio.get_running_loop()
-    feeds = _FEEDS.setdefault(loop, {})
-    feed = feeds.get(id(store))
+    feeds = _FEEDS.get(loop)
+    if feeds is None:
+        feeds = _FEEDS[loop] = weakref.WeakKeyDictionary()
+    feed = feeds.get(store)
     if feed is None:
         listens = callable(getattr(store, "connect_listener", None))
-        feed = feeds[id(store)] = _Listener(store) if listens else StoreFeed()
+        feed = feeds[store] = _Listener(store) if listens else StoreFeed()
     return feed
