@@ -85,7 +85,8 @@ class EarlySteps:
         self._steps: dict[str, Step] = {}
         self._early: set[str] = set()  # steps that may start early
         # the early steps as one plan, grown as they arrive: what their runners share
-        self._plan = ValidatedPlan.growing()
+        # (made with the first early step: a plan that arrives whole never needs one)
+        self._plan: ValidatedPlan | None = None
         self._runner: StepRunner | None = None  # the early steps' runner, shared as the plan
         self._blocked: dict[str, set[str]] = {}  # dependencies not yet succeeded
         self._dependents: dict[str, list[str]] = {}
@@ -112,6 +113,8 @@ class EarlySteps:
                for d in dependencies):
             return  # it will be skipped; the scheduler says why
         self._early.add(step.id)
+        if self._plan is None:
+            self._plan = ValidatedPlan.growing()
         self._plan.add_step(step, sorted(dependencies))
         waiting = {d for d in dependencies if d not in self._results}
         self._blocked[step.id] = waiting
@@ -172,6 +175,7 @@ class EarlySteps:
                 return
             step_id = self._ready.popleft()
             runner = self._runner
+            assert self._plan is not None  # a step is ready: it was added to the plan
             if runner is None or runner.plan is not self._plan:  # one per (growing) plan
                 runner = self._runner = StepRunner(self._plan, self.run, services,
                                                    self.executor.capabilities,
@@ -227,7 +231,7 @@ class EarlySteps:
     def _reset(self) -> None:
         self._steps.clear()
         self._early.clear()
-        self._plan = ValidatedPlan.growing()
+        self._plan = None
         self._blocked.clear()
         self._dependents.clear()
         self._ready.clear()

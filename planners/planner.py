@@ -353,18 +353,21 @@ class Planner:
         does not check again. A step that shows the answer cannot be accepted has what was
         started discarded at once, and nothing more of this answer goes to the listener."""
         config = services.config
-        reader = PlanStream(services.catalog, max_steps=config.max_plan_steps,
-                            max_depth=config.max_json_depth,
-                            check_references=self.check_references)
+        reader: PlanStream | None = None  # made with the first piece read step by step
         async with aclosing(services.llm.stream(request)) as events:
             async for event in events:
                 if event.response is not None:
-                    return event.response, reader.checked
+                    return event.response, (reader.checked if reader is not None
+                                            else CheckedSteps({}, {}))
                 if event.last:
                     # the rest of the answer is here: it is parsed and validated whole
                     # now, and what had not started yet starts from the plan, so
                     # reading it piece by piece first would only cost time
                     continue
+                if reader is None:
+                    reader = PlanStream(services.catalog, max_steps=config.max_plan_steps,
+                                        max_depth=config.max_json_depth,
+                                        check_references=self.check_references)
                 doomed = reader.doomed
                 for step in reader.feed(event.delta):
                     listener.step_ready(step, reader.dependencies(step.id))
