@@ -378,7 +378,7 @@ def row_line(label: str, r: dict[str, Any]) -> str:
 
 def render(argv: list[str], facts: dict[str, Any], rows: list[tuple[str, dict[str, Any]]],
            levels: list[dict[str, Any]], latency: float, tool_ms: tuple[float, float],
-           load: tuple[float, float]) -> str:
+           load: tuple[float, float], repeats: int = 1) -> str:
     parts = [common.section_preamble("Throughput: a batch of concurrent runs, in one process "
                                      "and on `dagwright serve`", "throughput", argv, facts)]
     parts.append(
@@ -389,9 +389,10 @@ def render(argv: list[str], facts: dict[str, Any], rows: list[tuple[str, dict[st
         "one run alone (the latency floor); *runs/s* = N / wall time of the batch; *CPU/run* "
         "is the CPU time of the process(es) executing the runs over N (the servers' parent "
         "and workers for `serve`), which counts the SQLite writer's thread on the second "
-        f"core too. Load average before / after the batch: {load[0]:.2f} / {load[1]:.2f} "
-        "(the machine is shared: figures move with it; the ratios between rows, measured "
-        "in the same minutes, move less).\n")
+        f"core too. The rows ran {repeats} time(s), interleaved (in turn forwards and "
+        "backwards); each shows its repeat with the median runs/s. Load average before / "
+        f"after: {load[0]:.2f} / {load[1]:.2f} (the machine is shared: figures move with "
+        "it; the ratios between rows, measured in the same minutes, move less).\n")
     headers = ["", "runs/s", "solo s", "p50 latency s", "p50 / solo", "p95 latency s",
                "CPU ms/run", "paced: runs/s", "paced: p50 s", "paced: p50 / solo"]
     table = [[label, common.fmt(r["runs_per_s"]), f"{r['solo_s']:.3f}", f"{r['p50_s']:.3f}",
@@ -463,11 +464,14 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"commit to measure the library batch at too (default {REFERENCE}; "
                              "'' for none; --quick: none)")
     parser.add_argument("--no-serve", action="store_true", help="leave dagwright serve out")
+    parser.add_argument("--repeats", type=int, help="interleaved repeats of every row "
+                        "(default 3; --quick: 1)")
     args = parser.parse_args(argv)
     tool_ms = (float(args.tool_ms[0]), float(args.tool_ms[1]))
     n = args.runs or (20 if args.quick else 1000)
     latency = args.llm_latency if not (args.quick and "--llm-latency" not in argv) else 0.02
     reference = args.reference if args.reference is not None else ("" if args.quick else REFERENCE)
+    repeats = args.repeats or (1 if args.quick else 3)
     facts = common.machine_facts()
     load_before = os.getloadavg()[0]
     plan: list[tuple[str, Any]] = [
@@ -480,11 +484,23 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_serve:
         plan.append(("`serve --workers 1` over HTTP", lambda: serve_batch(1, n, latency, tool_ms)))
         plan.append(("`serve --workers 2` over HTTP", lambda: serve_batch(2, n, latency, tool_ms)))
+    # the rows interleaved, in turn forwards and backwards, so that load coming and going
+    # on a shared machine hits every row alike; each row's figures are those of its
+    # repeat with the median runs/s
+    measured: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in plan}
+    for repeat in range(repeats):
+        for label, measure in (plan if repeat % 2 == 0 else list(reversed(plan))):
+            result = measure()
+            measured[label].append(result)
+            print(row_line(label, result), flush=True)
     rows: list[tuple[str, dict[str, Any]]] = []
-    for label, measure in plan:
-        result = measure()
-        rows.append((label, result))
-        print(row_line(label, result), flush=True)
+    for label, _ in plan:
+        ranked = sorted(measured[label], key=lambda r: r["runs_per_s"])
+        rows.append((label, ranked[len(ranked) // 2]))
+    if repeats > 1:
+        print("medians:")
+        for label, result in rows:
+            print(row_line(label, result), flush=True)
     levels = []
     for level in args.levels or []:
         result = library(level, latency, tool_ms)
@@ -494,7 +510,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average before / after: {load[0]:.2f} / {load[1]:.2f}")
     if not args.no_report:
         common.write_section(args.report, "throughput",
-                             render(argv, facts, rows, levels, latency, tool_ms, load))
+                             render(argv, facts, rows, levels, latency, tool_ms, load,
+                                    repeats))
         print(f"wrote the throughput section of {args.report}")
     return 0
 
