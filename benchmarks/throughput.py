@@ -440,6 +440,14 @@ def render(argv: list[str], facts: dict[str, Any], rows: list[tuple[str, dict[st
             f"at {two['paced_rate']:.0f} runs/s ({PACED_SHARE:.0%} of the burst's rate): "
             f"{'meets' if paced_x <= TARGET_P50_X else '**misses**'} ≤ {TARGET_P50_X:g}× "
             "under a load the server sustains.")
+        solo, cpu = one["solo_s"], one["cpu_s"]
+        bound = (solo + cpu) / (solo + cpu / 2)
+        findings.append(
+            f"What bounds that ratio on this machine: no worker shortens a run's own waiting "
+            f"(a lone run takes {solo:.2f} s), so a batch needing {cpu:.2f} s of CPU takes at "
+            f"least {solo:.2f} + {cpu:.2f} s on one core and {solo:.2f} + {cpu / 2:.2f} s on "
+            f"two: two workers can do at most {bound:.2f}× one worker's runs/s here, with "
+            "nothing else on the two cores — and the load generator shares them.")
     if findings:
         parts.append("**Findings**\n\n" + "\n".join(f"- {f}" for f in findings) + "\n")
     if levels:
