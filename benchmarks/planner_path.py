@@ -101,6 +101,48 @@ async def measure(steps: int, repeats: int) -> dict[str, dict[str, float]]:
                    "cpu_us": common.median(cpu[name]) / steps * 1e6} for name in orchs}
 
 
+PROBE = r'''
+import asyncio, gc, json, sys, tempfile, time
+sys.path.insert(0, ".")
+from prometheus_client import CollectorRegistry
+from benchmarks.dags import bench_catalog, layered_dag
+from benchmarks.scheduler import engine_config
+from orchestration import Orchestrator, ScriptedLLM
+
+STEPS, REPEATS = int(sys.argv[1]), int(sys.argv[2])
+
+async def main():
+    folder = tempfile.mkdtemp()
+    text = {"plan": json.dumps(layered_dag(50, seed=1).plan(sleep=False))}
+    def make(llm):
+        config = engine_config(STEPS).model_copy(update={"store_url": f"sqlite:///{folder}/r.db"})
+        return Orchestrator(bench_catalog(), llm, config, registry=CollectorRegistry())
+    given, planner = make(ScriptedLLM([])), make(ScriptedLLM(lambda r: text["plan"]))
+    await given.arun("w", plan=layered_dag(50, seed=1).plan(sleep=False))
+    await planner.arun("w")
+    plan = layered_dag(STEPS).plan(sleep=False)
+    text["plan"] = json.dumps(plan)
+    cpu = {"given plan": [], "planner, whole answer": []}
+    for _ in range(REPEATS):
+        for name, orch in (("given plan", given), ("planner, whole answer", planner)):
+            gc.collect()
+            c0 = time.process_time()
+            result = await (orch.arun("q", plan=plan) if name == "given plan" else orch.arun("q"))
+            cpu[name].append(time.process_time() - c0)
+            assert result.status == "succeeded", (name, result.error)
+    print(json.dumps({k: sorted(v)[len(v) // 2] / STEPS * 1e6 for k, v in cpu.items()}))
+
+asyncio.run(main())
+'''
+"""The per-step CPU of the given plan and of the planner path (whole answer), with code
+that runs unchanged at this commit and at the reference."""
+
+
+def at_reference(commit: str, steps: int, repeats: int) -> dict[str, float]:
+    out = at_commit(common.REPO_ROOT, commit, ["-c", PROBE, str(steps), str(repeats)])
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
 _FIRST_CALL = re.compile(r"^(\w+)\s+streamed: first tool call\s+([\d.]+) s, end to end\s+([\d.]+) s",
                          re.M)
 
@@ -121,7 +163,8 @@ def first_calls(commit: str | None, repeats: int, quick: bool) -> dict[str, tupl
 
 def render(argv: list[str], facts: dict[str, Any], steps: int, repeats: int,
            figures: dict[str, dict[str, float]],
-           first: dict[str, dict[str, tuple[float, float]]], load: tuple[float, float]) -> str:
+           first: dict[str, dict[str, tuple[float, float]]], load: tuple[float, float],
+           before: tuple[str, dict[str, float]] | None = None) -> str:
     parts = [common.section_preamble("Planner path: reading the plan from the model",
                                      "planner_path", argv, facts)]
     given = figures["given plan"]
@@ -140,9 +183,16 @@ def render(argv: list[str], facts: dict[str, Any], steps: int, repeats: int,
                                  rows) + "\n")
     whole = figures["planner, whole answer"]
     x = whole["cpu_us"] / given["cpu_us"]
-    parts.append(f"**Finding**: the planner path at the defaults costs {x:.2f}× the given "
-                 f"plan per step in CPU ({whole['wall_us'] / given['wall_us']:.2f}× in wall "
-                 f"time): {'meets' if x <= TARGET_X else '**misses**'} the ≤ {TARGET_X:g}× goal.\n")
+    text = (f"**Finding**: the planner path at the defaults costs {x:.2f}× the given "
+            f"plan per step in CPU ({whole['wall_us'] / given['wall_us']:.2f}× in wall "
+            f"time): {'meets' if x <= TARGET_X else '**misses**'} the ≤ {TARGET_X:g}× goal.")
+    if before is not None:
+        commit, was = before
+        text += (f" At `{commit}`, in this run (the same probe, CPU): given plan "
+                 f"{was['given plan']:.1f} µs/step, planner path "
+                 f"{was['planner, whole answer']:.1f} µs/step — "
+                 f"{was['planner, whole answer'] / was['given plan']:.2f}×.")
+    parts.append(text + "\n")
     if first:
         parts.append("### The first tool call of a plan streamed at 50 tokens/s\n")
         parts.append("`python -m benchmarks.streaming_plan` (loopback OpenAI-compatible and "
@@ -176,13 +226,20 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats or (1 if args.quick else 9)
     reference = args.reference if args.reference is not None else ("" if args.quick else REFERENCE)
     facts = common.machine_facts()
-    before = os.getloadavg()[0]
+    load_before = os.getloadavg()[0]
     figures = asyncio.run(measure(steps, repeats))
     given = figures["given plan"]
     for name in VARIANTS:
         f = figures[name]
         print(f"{name:24} wall {f['wall_us']:7.1f} µs/step ({f['wall_us'] / given['wall_us']:.2f}× "
               f"given), CPU {f['cpu_us']:7.1f} µs/step ({f['cpu_us'] / given['cpu_us']:.2f}× given)",
+              flush=True)
+    before = None
+    if reference:
+        before = (reference, at_reference(reference, steps, repeats))
+        print(f"`{reference}`: given plan CPU {before[1]['given plan']:.1f} µs/step, planner, "
+              f"whole answer {before[1]['planner, whole answer']:.1f} µs/step "
+              f"({before[1]['planner, whole answer'] / before[1]['given plan']:.2f}×)",
               flush=True)
     first: dict[str, dict[str, tuple[float, float]]] = {}
     if not args.quick or reference:
@@ -193,10 +250,11 @@ def main(argv: list[str] | None = None) -> int:
             for provider, (start, end) in sorted(per.items()):
                 print(f"{label}: {provider} streamed: first tool call {start:.2f} s, end to end "
                       f"{end:.2f} s", flush=True)
-    load = (before, os.getloadavg()[0])
+    load = (load_before, os.getloadavg()[0])
     if not args.no_report:
         common.write_section(args.report, "planner_path",
-                             render(argv, facts, steps, repeats, figures, first, load))
+                             render(argv, facts, steps, repeats, figures, first, load,
+                                    before))
         print(f"wrote the planner_path section of {args.report}")
     return 0
 
