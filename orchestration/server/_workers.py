@@ -12,7 +12,11 @@ answers for any run (``docs/serve.md``).
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import threading
+import time
 
 from starlette.applications import Starlette
 from uvicorn.config import STARTUP_FAILURE, Config
@@ -42,8 +46,26 @@ def worker_app() -> Starlette:
     config = OrchestratorConfig()
     configure_logging(config)
     app = serve_app(config, Orchestrator.from_env(config=config))
+    _stop_with_parent()
     tune_collector(config.serve_gc)
     return app
+
+
+PARENT_CHECK_S = 1.0
+
+
+def _stop_with_parent() -> None:
+    """Stop this worker (as SIGTERM does: its runs stay resumable) once the process that
+    started it is gone — a supervisor killed with SIGKILL cannot stop its workers, and a
+    worker left behind would go on serving a socket nobody manages."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_S)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="dagwright-parent-watch", daemon=True).start()
 
 
 def reuse_port_sockets(bound: socket.socket, count: int, backlog: int) -> list[socket.socket]:

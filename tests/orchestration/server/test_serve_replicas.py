@@ -311,3 +311,21 @@ def test_a_killed_worker_is_replaced_and_its_runs_finished_with_payments_sent_on
         parent.send_signal(signal.SIGTERM)
         parent.wait(30)
     assert tools.executed == {"/quote": 4, "/pay_keyed": 4, "/receipt": 4}
+
+
+def test_workers_stop_when_their_supervisor_is_killed(tools: SideEffectTools, tmp_path: Path) -> None:
+    env = {**env_for(tools, tmp_path, f"sqlite:///{tmp_path}/runs.db"), "ORCH_SERVE_WORKERS": "2"}
+    with dagwright_serve(env, tmp_path / "serve.log") as (parent, _):
+        workers = wait_for(lambda: len(children(parent.pid)) == 2 and children(parent.pid),
+                           timeout=30)
+        parent.send_signal(signal.SIGKILL)  # the supervisor cannot stop them itself
+        parent.wait(10)
+        wait_for(lambda: not any(is_worker(pid) for pid in workers), timeout=20)
+
+
+def is_worker(pid: int) -> bool:
+    """Whether ``pid`` is a live worker process of dagwright serve."""
+    try:
+        return b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
