@@ -28,7 +28,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_REPORT = REPO_ROOT / "docs" / "benchmarks.md"
 SECTION_ORDER = ("scheduler", "store", "http_calls", "recovery", "throughput", "scale_out",
-                 "streaming_plan", "plan_cache", "lean_path", "selection")
+                 "streaming_plan", "planner_path", "plan_cache", "lean_path", "selection")
 """The order sections appear in the report, whatever order the scripts ran in."""
 
 DEPENDENCIES = (

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING
 from executors._executor import failed_by_bug
 from executors._step_runner import StepRunner
 from orchestration.capability import Capability
-from orchestration.plan import Step, ValidatedPlan
+from orchestration.plan import Step, ValidatedPlan, same_step
 from orchestration.result import StepResult
 from orchestration.services import RunServices
 from orchestration.state import RunState
@@ -85,11 +85,14 @@ class EarlySteps:
         self._steps: dict[str, Step] = {}
         self._early: set[str] = set()  # steps that may start early
         # the early steps as one plan, grown as they arrive: what their runners share
-        self._plan = ValidatedPlan.growing()
+        # (made with the first early step: a plan that arrives whole never needs one)
+        self._plan: ValidatedPlan | None = None
+        self._runner: StepRunner | None = None  # the early steps' runner, shared as the plan
         self._blocked: dict[str, set[str]] = {}  # dependencies not yet succeeded
         self._dependents: dict[str, list[str]] = {}
         self._ready: deque[str] = deque()
         self._tasks: dict[str, asyncio.Task[StepResult]] = {}
+        self._running = 0  # tasks whose step has not ended (counted, not searched for)
         self._began: list[str] = []  # steps whose runner started (step_started emitted)
         self._results: dict[str, StepResult] = {}
         self._unsaved: list[str] = []
@@ -98,12 +101,11 @@ class EarlySteps:
         """Steps started early over every attempt (those thrown away included)."""
 
     # --- the StepListener side (the planner) --------------------------------------------
-    def step_ready(self, step: Step) -> None:
+    def step_ready(self, step: Step, dependencies: set[str]) -> None:
         """A step of the plan is complete and valid on its own: start it when it may."""
         if self._handed_over:
             return
         self._steps[step.id] = step
-        dependencies = step.dependencies()
         capability = self.services.catalog.get(step.tool, step.capability)
         if (not may_start_early(capability) or step.requires_approval
                 or not dependencies <= self._early):
@@ -112,6 +114,8 @@ class EarlySteps:
                for d in dependencies):
             return  # it will be skipped; the scheduler says why
         self._early.add(step.id)
+        if self._plan is None:
+            self._plan = ValidatedPlan.growing()
         self._plan.add_step(step, sorted(dependencies))
         waiting = {d for d in dependencies if d not in self._results}
         self._blocked[step.id] = waiting
@@ -148,7 +152,7 @@ class EarlySteps:
         with everything else started (the plan then runs as if nothing had)."""
         if self._handed_over:
             return {}
-        differ = [sid for sid in self._tasks if plan.steps.get(sid) != self._steps[sid]]
+        differ = [sid for sid in self._tasks if not same_step(plan.steps.get(sid), self._steps[sid])]
         if differ:
             await self.discard(f"the validated plan does not have the step(s) "
                                f"{', '.join(differ)} as they streamed")
@@ -166,19 +170,22 @@ class EarlySteps:
         passed or a budget stopped the run (the scheduler skips them, saying why)."""
         services = self.services
         loop = asyncio.get_running_loop()
-        running = sum(1 for task in self._tasks.values() if not task.done())
-        while self._ready and running < services.config.max_concurrency:
+        while self._ready and self._running < services.config.max_concurrency:
             if loop.time() >= services.deadline or services.budget.stop_reason() is not None:
                 self._ready.clear()
                 return
             step_id = self._ready.popleft()
-            runner = StepRunner(self._plan, self.run, services, self.executor.capabilities,
-                                self.executor.handlers)
+            runner = self._runner
+            assert self._plan is not None  # a step is ready: it was added to the plan
+            if runner is None or runner.plan is not self._plan:  # one per (growing) plan
+                runner = self._runner = StepRunner(self._plan, self.run, services,
+                                                   self.executor.capabilities,
+                                                   self.executor.handlers)
             self._tasks[step_id] = loop.create_task(
                 self._run(step_id, runner), name=f"dagwright-early-step-{step_id}",
                 context=self._context.copy())
             self.started_total += 1
-            running += 1
+            self._running += 1
 
     async def _run(self, step_id: str, runner: StepRunner) -> StepResult:
         """One early step to its end, recorded; a failure is a failed result."""
@@ -192,6 +199,8 @@ class EarlySteps:
             raise
         except Exception as exc:
             result = failed_by_bug(self._steps[step_id], exc)
+        finally:
+            self._running -= 1
         self._record(result)
         self._settled(step_id, result)
         return result
@@ -223,11 +232,12 @@ class EarlySteps:
     def _reset(self) -> None:
         self._steps.clear()
         self._early.clear()
-        self._plan = ValidatedPlan.growing()
+        self._plan = None
         self._blocked.clear()
         self._dependents.clear()
         self._ready.clear()
         self._tasks.clear()
+        self._running = 0
         self._began.clear()
         self._results.clear()
         self._unsaved.clear()

@@ -73,7 +73,11 @@ class _DagRun:
         self.deadline = deadline
         self.stopped = stopped
         self.loop = asyncio.get_running_loop()
-        self.waiting = {node: plan.graph.in_degree(node) for node in plan.order}
+        # ``pred`` rather than ``in_degree``: a graph keeps its in_degree view, which
+        # refers back to the graph, so a plan that asked for it is freed only by a full
+        # garbage collection instead of when its run ends
+        pred = plan.graph.pred
+        self.waiting = {node: len(pred[node]) for node in plan.order}
         self.results: dict[str, StepResult] = {}
         self.ready: deque[str] = deque()
         self.idle: deque[asyncio.Future[None]] = deque()  # workers waiting for a step
@@ -99,10 +103,17 @@ class _DagRun:
         finally:
             pending: list[asyncio.Task[Any]] = [
                 t for t in [*self.workers, *self.early.values()] if not t.done()]
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
+            if self.finished.done() and not self.finished.cancelled() \
+                    and self.finished.exception() is None:
+                # every step ended: the idle workers were woken and leave on their own.
+                # (Cancelling them would leave a CancelledError whose traceback holds
+                # this object, and with it the run, until a full garbage collection.)
+                await asyncio.gather(*pending)
+            else:
+                for task in pending:
+                    task.cancel()
+                if pending:
+                    await asyncio.gather(*pending, return_exceptions=True)
         return {node: self.results[node] for node in self.plan.order if node in self.results}
 
     def _take_done(self, done: dict[str, StepResult]) -> None:

@@ -168,6 +168,7 @@ class RunEngine:
             resume = ResumePoint(approved=approved) if approved else None
         steps = await self.executor.execute(validated, run, services, resume=resume,
                                             early=early)
+        del early  # handed over: not kept through the repair rounds and the answer
         if run.pending_approvals:
             run.pause()  # everything that could run did; the rest waits for a person
             return

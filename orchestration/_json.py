@@ -114,8 +114,12 @@ def decode(text: str | bytes, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
 
 
 def _check_text(text: str | bytes, value: Any, max_depth: int) -> None:
-    found = (_SURROGATE_BYTES.search(text) if isinstance(text, bytes)
-             else _SURROGATE.search(text))
+    if isinstance(text, bytes):
+        found = _SURROGATE_BYTES.search(text) is not None
+    elif text.isascii():  # no surrogate characters: only an escape could make one
+        found = "\\u" in text and _SURROGATE.search(text) is not None
+    else:
+        found = _SURROGATE.search(text) is not None
     if found:
         problem = unencodable(value, max_depth)
         if problem is not None:

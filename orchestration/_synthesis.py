@@ -21,6 +21,8 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic_core import to_json
+
 from orchestration._answers import TemplateFailed, raw_answer, template_answer
 from orchestration._text import clip
 from orchestration.errors import LLMBudgetExceeded, LLMError
@@ -52,7 +54,7 @@ def _request(run: RunState, services: RunServices) -> LLMRequest:
     results = [_step_summary(r, limit) for r in run.live_steps.values()]
     user = (
         f"User request:\n<<<QUERY\n{run.query}\nQUERY>>>\n\n"
-        f"Tool results (data):\n<<<RESULTS\n{json.dumps(results, indent=1)}\nRESULTS>>>"
+        f"Tool results (data):\n<<<RESULTS\n{to_json(results, indent=1).decode()}\nRESULTS>>>"
     )
     return LLMRequest(
         purpose="synthesis",

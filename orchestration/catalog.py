@@ -182,6 +182,7 @@ class Catalog:
         self._runtime: SourceRuntime | None = None
         self._revision = 0
         self._fingerprints: dict[int, str] = {}  # by revision; shared with snapshots
+        self._snapshot: tuple[int, Catalog] | None = None  # the last one, by revision
         self.path: Path | None = None
         """The file the catalog was read from (:meth:`from_file`), else None."""
 
@@ -249,7 +250,9 @@ class Catalog:
         return capability
 
     def describe_tool(self, tool: str, description: str) -> None:
-        self._tool_descriptions[tool] = description
+        with self._lock:
+            self._tool_descriptions[tool] = description
+            self._revision += 1
 
     def add_function(
         self,
@@ -554,14 +557,19 @@ class Catalog:
         :meth:`aclose` stopped.
         """
         self._resume_refresh()
-        snap = Catalog()
         with self._lock:
+            # one snapshot per revision: every run started before the catalog changes
+            # shares it (nothing writes to a snapshot), rather than copying it per run
+            if self._snapshot is not None and self._snapshot[0] == self._revision:
+                return self._snapshot[1]
+            snap = Catalog()
             snap._caps = dict(self._caps)
             snap._tool_descriptions = dict(self._tool_descriptions)
             # the snapshot is this revision: it shares the fingerprints worked out for it
             snap._revision = self._revision
             snap._fingerprints = self._fingerprints
-        snap.path = self.path
+            snap.path = self.path
+            self._snapshot = (self._revision, snap)
         return snap
 
     async def aclose(self) -> None:
@@ -597,12 +605,14 @@ class Catalog:
                     self.add(cap, schemas_checked=listing.schemas_checked)
                 for tool, text in listing.tool_descriptions.items():
                     self._tool_descriptions[tool] = text
+                self._revision += 1
                 self._sources[source.label] = source
                 self._owned[source.label] = {(c.tool, c.name) for c in listing.capabilities}
                 self._notes[source.label] = list(listing.notes)
         except BaseException:
             with self._lock:
                 self._caps, self._tool_descriptions = before
+                self._revision += 1
             if self._runtime is not None and self._runtime.running:
                 self._runtime.close([source])
             raise

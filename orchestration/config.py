@@ -91,7 +91,8 @@ class OrchestratorConfig(BaseSettings):
         "object (`{\"steps\": [...]}`) for a planning call, a string for an answer — or "
         "`{\"rules\": [{\"purpose\": ..., \"prompt_contains\": ..., \"answer\": ...}]}`: "
         "each call gets the answer of the first rule whose purpose and texts it matches "
-        "(runs at the same time, as `dagwright eval` makes them)."
+        "(runs at the same time, as `dagwright eval` makes them). Or `module:function`, "
+        "called with each request (sync or async) for its answer."
     )
     llm_max_retries: int = Field(
         2, ge=0, description="Retries of an LLM call after a rate limit, timeout or 5xx."
@@ -314,8 +315,18 @@ class OrchestratorConfig(BaseSettings):
     serve_port: int = Field(8080, ge=0, le=65535, description="Port of `dagwright serve` "
                             "(0: any free port).")
     serve_max_runs: int = Field(
-        8, ge=1, description="Runs `dagwright serve` executes at once; past it a new run "
-        "or decision gets 429 with Retry-After.")
+        8, ge=1, description="Runs `dagwright serve` executes at once, per process; past it "
+        "a new run gets 429 with Retry-After (a decision is queued for the first process "
+        "with a free slot).")
+    serve_workers: int = Field(
+        1, ge=1, le=256, description="Processes `dagwright serve` (--workers) runs on one "
+        "socket, sharing the run store: any of them answers for any run; a run executes in "
+        "one (docs/serve.md).")
+    serve_gc: Literal["untouched", "frozen", "throughput"] = Field(
+        "throughput", description="What `dagwright serve` does with Python's garbage "
+        "collector once started: untouched; frozen (gc.freeze(): what start built is never "
+        "walked again); throughput (frozen, and a young collection after 50,000 new "
+        "objects rather than 700). The library never changes it (docs/serve.md).")
     serve_token: SecretStr | None = Field(
         None, description="Bearer token every /v1 and /ui request of `dagwright serve` "
         "must carry (at least 16 characters); never logged.")
@@ -328,6 +339,12 @@ class OrchestratorConfig(BaseSettings):
         "\"acme\", \"max_runs\": 4, \"max_llm_calls_per_run\": 20, \"max_tokens_per_run\": "
         "..., \"max_cost_per_run\": ...}. A tenant sees and acts on its own runs only "
         "(docs/context.md). Replaces ORCH_SERVE_TOKEN.")
+    serve_session_key: SecretStr | None = Field(
+        None, description="Secret (any long random text, the same on every replica) the "
+        "viewer's sign-in cookies are signed with on a server with ORCH_SERVE_TOKENS; "
+        "unset, the key is derived from a fixed label, and whoever holds the tokens file "
+        "could make a cookie. Every worker and replica with the same setting accepts the "
+        "same cookies; changing it signs viewers out (docs/serve.md). Never logged.")
 
     # --- sessions --------------------------------------------------------------------
     session_history_runs: int = Field(

@@ -24,10 +24,8 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from contextvars import ContextVar, Token
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -89,32 +87,52 @@ def current_redactor() -> Redactor:
     return current_context().redactor
 
 
-@contextmanager
 def log_context(
     *,
     run_id: str | None = None,
     step_id: str | None = None,
     redactor: Redactor | None = None,
-) -> Iterator[LogContext]:
-    """Scope ids (and the run's redactor) to the enclosed code; unset arguments are kept.
+) -> LogScope:
+    """Scope ids (and the run's redactor) to the enclosed code (``with``); unset
+    arguments are kept.
 
     A new ``run_id`` clears the step id of the enclosing scope.
     """
-    current = current_context()
-    changes: dict[str, Any] = {}
-    if run_id is not None:
-        changes["run_id"] = run_id
-        if run_id != current.run_id:
-            changes["step_id"] = None
-    if step_id is not None:
-        changes["step_id"] = step_id
-    if redactor is not None:
-        changes["redactor"] = redactor
-    token = _CONTEXT.set(replace(current, **changes) if changes else current)
-    try:
-        yield current_context()
-    finally:
-        _CONTEXT.reset(token)
+    return LogScope(run_id, step_id, redactor)
+
+
+class LogScope:
+    """What :func:`log_context` returns: one small object rather than a generator and
+    its context manager (a scope is open for a whole run or LLM call, and thousands of
+    concurrent runs keep thousands of them alive for the garbage collector to walk)."""
+
+    __slots__ = ("_redactor", "_run_id", "_step_id", "_token")
+
+    def __init__(self, run_id: str | None, step_id: str | None,
+                 redactor: Redactor | None) -> None:
+        self._run_id = run_id
+        self._step_id = step_id
+        self._redactor = redactor
+        self._token: Token[LogContext | None] | None = None
+
+    def __enter__(self) -> LogContext:
+        current = current_context()
+        run_id, step_id, redactor = self._run_id, self._step_id, self._redactor
+        if run_id is None and step_id is None and redactor is None:
+            scoped = current
+        else:
+            scoped = LogContext(
+                current.run_id if run_id is None else run_id,
+                step_id if step_id is not None else
+                (current.step_id if run_id is None or run_id == current.run_id else None),
+                current.redactor if redactor is None else redactor)
+        self._token = _CONTEXT.set(scoped)
+        return scoped
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _CONTEXT.reset(self._token)
+            self._token = None
 
 
 def enter_log_context(run_id: str, step_id: str) -> Token[LogContext | None]:

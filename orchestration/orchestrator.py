@@ -39,7 +39,8 @@ from orchestration._facade.inputs import (
 )
 from orchestration._facade.local_runs import LocalRuns
 from orchestration._facade.loop_resources import TransportLayer, TransportPool, run_on_new_loop
-from orchestration._facade.resume import resume
+from orchestration._facade.parking import park_for_credentials
+from orchestration._facade.resume import check_decisions, resume
 from orchestration._facade.store_access import RunStoreAccess
 from orchestration._facade.temporal import TemporalBackend, llm_for
 from orchestration._facade.workflows import FacadeWorkflows, WorkflowRef
@@ -485,6 +486,26 @@ class Orchestrator:
                                                       on_event=on_event)
         return await resume(self, self._local, run_id, approvals=approvals, on_event=on_event,
                             credentials=given.credentials)
+
+    async def acheck_approvals(self, run_id: str, approvals: dict[str, Approval]) -> RunResult:
+        """Check decisions without applying them: the run as it is, or what
+        :meth:`aresume` would raise for ``approvals`` (:class:`ApprovalError`,
+        :class:`RunNotFound`). For a service that accepts a decision now and has it
+        applied later, wherever a slot is free (``dagwright serve``): a run that needs
+        per-run credentials to go on raises :class:`CredentialsRequired`, as a resume
+        without them would."""
+        self._temporal.refuse("acheck_approvals")
+        return await check_decisions(self, self._local, run_id, approvals)
+
+    async def apark_for_credentials(self, run_id: str) -> list[str]:
+        """For a process that takes over the runs nobody executes (``dagwright serve``):
+        the per-run credentials the stopped run ``run_id`` needs to go on (they are never
+        stored), [] when it needs none. A run that needs some is not taken over: it stays
+        ``running`` and resumable with them, and gets a warning saying so (once), written
+        under its lease taken for that alone — nothing is sent. Raises
+        :class:`RunNotFound`, and :class:`RunLeased` while a live process executes it."""
+        self._temporal.refuse("apark_for_credentials")
+        return await park_for_credentials(self._local, run_id)
 
     async def plan(self, query: str) -> ValidatedPlan:
         """Plan without executing (what ``dagwright plan`` shows); nothing is recorded."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Container, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
@@ -32,6 +32,7 @@ __all__ = [
     "EARLIER_RUN_PREFIX",
     "REFERENCE_RE",
     "STEP_ID_PATTERN",
+    "CheckedSteps",
     "ParsedText",
     "Plan",
     "Reference",
@@ -41,6 +42,7 @@ __all__ = [
     "iter_strings",
     "parse_references",
     "path_index",
+    "same_step",
     "step_issues",
     "validate_plan",
     "whole_reference"
@@ -222,7 +224,7 @@ class ValidatedPlan:
         self.plan = plan
         self.graph = graph
         self.steps: dict[str, Step] = {s.id: s for s in plan.steps}
-        self.order: list[str] = order if order is not None else list(nx.topological_sort(graph))
+        self.order: list[str] = order if order is not None else _topological_order(graph)
         self.position: dict[str, int] = {sid: i for i, sid in enumerate(self.order)}
         """Each step's index in ``order``: sorts any set of steps into plan order."""
         self.parsed: dict[str, ParsedText] = parsed if parsed is not None else {}
@@ -275,6 +277,49 @@ class ValidatedPlan:
 
     def to_dict(self) -> dict[str, Any]:
         return self.plan.model_dump(mode="json", exclude_none=True)
+
+
+def same_step(a: Step | None, b: Step | None) -> bool:
+    """Whether two steps are the same call: every field equal (a step has no extra or
+    private attributes, so its fields are its ``__dict__``; pydantic's ``==`` says the
+    same at ten times the cost, which a 1,000-step streamed plan paid twice per step)."""
+    if a is None or b is None:
+        return a is b
+    return a is b or (type(a) is type(b) and a.__dict__ == b.__dict__)
+
+
+def _topological_order(graph: nx.DiGraph) -> list[str]:
+    """networkx's topological order of ``graph`` (``NetworkXUnfeasible`` on a cycle).
+
+    The sort asks the graph for its ``in_degree`` view, which the graph then keeps and
+    which refers back to it: a reference cycle, so every plan's graph (and what its run
+    holds on to) would wait for a full garbage collection instead of being freed when
+    the run ends. The view is dropped once the order is known."""
+    try:
+        return list(nx.topological_sort(graph))
+    finally:
+        vars(graph).pop("in_degree", None)
+
+
+@dataclass
+class CheckedSteps:
+    """Steps that passed :func:`step_issues` before their plan was whole, each with the
+    edges found then, and the reference strings parsed on the way (what
+    :func:`validate_plan` need not do again for them)."""
+
+    steps: dict[str, tuple[Step, list[str]]]
+    parsed: dict[str, ParsedText]
+    reused: set[str] = field(default_factory=set)
+    """The ids :func:`validate_plan` found unchanged in the whole plan and did not check
+    again."""
+
+    def unchanged(self, step: Step) -> bool:
+        """Whether ``step`` and every step it depends on were checked before and are
+        unchanged in the plan :func:`validate_plan` last read (checks that look at a
+        step's upstream steps need not run again for it)."""
+        prior = self.steps.get(step.id)
+        return (step.id in self.reused and prior is not None
+                and all(d in self.reused for d in prior[1]))
 
 
 def _unknown_braces(text: str) -> list[str]:
@@ -391,6 +436,7 @@ def _unknown_earlier(path: str, ref: Reference, earlier: Container[str]) -> str:
 def validate_plan(
     plan: Plan, catalog: Catalog, *, max_steps: int = 1000, max_depth: int = DEFAULT_MAX_DEPTH,
     earlier: Container[str] = (),
+    checked: CheckedSteps | None = None,
 ) -> ValidatedPlan:
     """Check a plan against the catalog and build its DAG; raise with *every* issue found.
 
@@ -399,6 +445,13 @@ def validate_plan(
     well-formed references to existing steps (not to itself), ``depends_on`` naming
     existing steps, and no cycle (the error names the cycle); a ``{{run:N.step}}``
     reference must name one of ``earlier`` (the session's earlier outputs).
+
+    ``checked`` are steps that already passed :func:`step_issues` (a streamed plan's
+    steps, checked as they arrived): a step of ``plan`` equal to one of them is not
+    checked again — it passed with fewer steps known than the whole plan has, so it
+    passes with all of them — and its edges are the ones found then. Everything about
+    the plan as a whole (ids, size, encoding, cycles) is checked as always. (They were
+    checked with the same ``earlier``: a streamed plan's reader is given it.)
     """
     issues: list[PlanIssue] = []
     steps = plan.steps
@@ -418,11 +471,18 @@ def validate_plan(
     all_encodable = unencodable([s.params for s in steps], max_depth + 1) is None
     nodes: list[str] = []
     edges: list[tuple[str, str]] = []
-    parsed: dict[str, ParsedText] = {}
+    parsed: dict[str, ParsedText] = checked.parsed if checked is not None else {}
+    before = checked.steps if checked is not None else {}
     for step in steps:
         nodes.append(step.id)
-        upstream = step_issues(step, ids, catalog, issues, max_depth=max_depth, parsed=parsed,
-                               check_encoding=not all_encodable, earlier=earlier)
+        prior = before.get(step.id)
+        if prior is not None and same_step(prior[0], step):
+            upstream = prior[1]
+            checked.reused.add(step.id)  # type: ignore[union-attr]
+        else:
+            upstream = step_issues(step, ids, catalog, issues, max_depth=max_depth,
+                                   parsed=parsed, check_encoding=not all_encodable,
+                                   earlier=earlier)
         edges.extend((dep, step.id) for dep in upstream)
     graph: nx.DiGraph = nx.DiGraph()
     graph.add_nodes_from(nodes)
@@ -432,7 +492,7 @@ def validate_plan(
         # one topological sort both proves the plan acyclic and gives the order;
         # find_cycle runs only to name a cycle known to exist
         try:
-            order = list(nx.topological_sort(graph))
+            order = _topological_order(graph)
         except nx.NetworkXUnfeasible:
             cycle = nx.find_cycle(graph)
             names = [edge[0] for edge in cycle] + [cycle[0][0]]

@@ -32,6 +32,7 @@ events, log records, debug-store records, reprs, CLI output); the caller's own
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -171,6 +172,11 @@ class Redactor:
         self._catalog_revision = -1
         self._literals: tuple[str, ...] = ()
         self._refresh_literals()
+        # short texts redacted before, for as long as the known secrets are the same: a
+        # service's answers repeat names, statuses and messages run after run, and each
+        # costs a dozen pattern searches
+        self._done: dict[str, str] = {}
+        self._done_for: tuple[str, ...] = self._literals
 
     @classmethod
     def from_config(
@@ -215,7 +221,21 @@ class Redactor:
         """``text`` with every secret replaced by ``[REDACTED]``."""
         if not text:
             return text
-        for literal in self._refresh_literals():
+        literals = self._refresh_literals()
+        if len(text) > _REMEMBERED_CHARS:
+            return self._redact(text, literals)
+        if literals is not self._done_for:
+            self._done = {}
+            self._done_for = literals
+        done = self._done.get(text)
+        if done is None:
+            if len(self._done) >= _REMEMBERED:
+                self._done = {}
+            done = self._done[text] = self._redact(text, literals)
+        return done
+
+    def _redact(self, text: str, literals: tuple[str, ...]) -> str:
+        for literal in literals:
             if literal in text:
                 text = text.replace(literal, MASK)
         lowered = text.lower()
@@ -246,12 +266,23 @@ class Redactor:
         if isinstance(value, str):
             return self.redact(value)
         if isinstance(value, Mapping):
-            return {k: (_mask_strings(v) if isinstance(k, str) and SENSITIVE_NAME.search(k)
+            return {k: (_mask_strings(v) if isinstance(k, str) and _sensitive_name(k)
                         else self.redact_value(v))
                     for k, v in value.items()}
         if isinstance(value, list | tuple):
             return [self.redact_value(v) for v in value]
         return value
+
+
+_REMEMBERED_CHARS = 512
+"""Texts up to this long are redacted once per set of known secrets."""
+_REMEMBERED = 16_384
+
+
+@functools.lru_cache(maxsize=4096)
+def _sensitive_name(key: str) -> bool:
+    """Whether a key names a secret (keys repeat in every document: decided once)."""
+    return SENSITIVE_NAME.search(key) is not None
 
 
 def _mask_strings(value: Any) -> Any:

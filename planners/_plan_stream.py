@@ -34,7 +34,7 @@ from orchestration._json import UnreadableJSON, decode
 from orchestration._text import describe_validation_error
 from orchestration.catalog import Catalog
 from orchestration.errors import PlanIssue, PlanValidationError
-from orchestration.plan import Step, step_issues
+from orchestration.plan import CheckedSteps, Step, step_issues
 from planners._references import check_reference_paths
 from planners._step_scanner import ScannedStep, StepScanner
 
@@ -49,13 +49,14 @@ deep) then act on an answer that never closes a brace, and memory stays bounded.
 class StepListener(Protocol):
     """Who acts on the steps of a plan while it streams (the engine starts them early).
 
-    ``step_ready`` gets each step the moment it is complete and valid on its own, every
+    ``step_ready`` gets each step (and the steps it depends on) the moment it is complete
+    and valid on its own, every
     step after those it depends on. ``discard`` says that the work done for this answer
     must be thrown away — the answer was rejected, failed, or cannot be accepted — with
     the reason; steps of the next attempt may follow it.
     """
 
-    def step_ready(self, step: Step) -> None: ...
+    def step_ready(self, step: Step, dependencies: set[str]) -> None: ...
 
     async def discard(self, reason: str) -> None: ...
 
@@ -74,6 +75,9 @@ class PlanStream:
         self.doomed: str | None = None
         """Why the answer cannot be accepted, once a step showed it (None until then)."""
         self._accepted: dict[str, Step] = {}
+        self.checked = CheckedSteps({}, {})
+        """The steps handed back, with their edges: the final validation of the whole
+        answer does not check them again (``validate_plan(checked=...)``)."""
         self._seen: set[str] = set()
         self._waiting: dict[str, tuple[Step, set[str]]] = {}  # with its dependencies
         self._held: list[str] = []  # pieces not scanned yet (no closing brace among them)
@@ -110,6 +114,10 @@ class PlanStream:
     def accepted(self) -> list[str]:
         """The ids of the steps handed back so far."""
         return list(self._accepted)
+
+    def dependencies(self, step_id: str) -> set[str]:
+        """The steps a step handed back depends on (found when it was checked)."""
+        return set(self.checked.steps[step_id][1])
 
     def _take(self, scanned: ScannedStep, ready: list[Step]) -> None:
         where = f"step {scanned.index + 1} of the plan"
@@ -152,13 +160,17 @@ class PlanStream:
         per-step checks of :func:`~orchestration.plan.validate_plan` (the same code),
         and the reference paths its dependencies' output schemas allow."""
         issues: list[PlanIssue] = []
-        step_issues(step, _KnownIds(self._accepted, step.id), self.catalog, issues,
-                    max_depth=self.max_depth, earlier=self.earlier)
+        edges = step_issues(step, _KnownIds(self._accepted, step.id), self.catalog, issues,
+                            max_depth=self.max_depth, parsed=self.checked.parsed,
+                            earlier=self.earlier)
         if not issues and self.check_references:
             upstream = {d: self._accepted[d] for d in dependencies if d in self._accepted}
             issues = check_reference_paths([step], self.catalog, known_steps=upstream,
                                            outputs=self.earlier)
-        return str(PlanValidationError(issues)) if issues else None
+        if issues:
+            return str(PlanValidationError(issues))
+        self.checked.steps[step.id] = (step, edges)
+        return None
 
 
 class _KnownIds:

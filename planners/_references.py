@@ -18,11 +18,27 @@ from collections.abc import Mapping
 from typing import Any
 
 from orchestration import _schema
+from orchestration.capability import Capability
 from orchestration.catalog import Catalog
 from orchestration.errors import PlanIssue
 from orchestration.plan import Reference, Step, path_index
 
 _MAX_FIELDS_LISTED = 15
+_MAX_PATHS_KNOWN = 1024
+
+_KNOWN_FINE: dict[str, tuple[Capability, set[tuple[str | int, ...]]]] = {}
+"""Per capability (by key, for as long as it is the same object): the reference paths its
+output schema was found to have. The same plans come back run after run, and a
+1,000-step plan checked its paths step by step each time."""
+
+
+def _paths_known_fine(capability: Capability) -> set[tuple[str | int, ...]]:
+    found = _KNOWN_FINE.get(capability.key)
+    if found is None or found[0] is not capability:
+        if len(_KNOWN_FINE) >= _MAX_PATHS_KNOWN:
+            _KNOWN_FINE.clear()
+        found = _KNOWN_FINE[capability.key] = (capability, set())
+    return found[1]
 
 
 def check_reference_paths(
@@ -54,7 +70,12 @@ def check_reference_paths(
                 cap = catalog.get(upstream.tool, upstream.capability)
                 if not cap.output_schema:
                     continue
+                fine = _paths_known_fine(cap)
+                if ref.path in fine:
+                    continue
                 problem = _schema_problem(cap.output_schema, ref, cap.key)
+                if problem is None and len(fine) < _MAX_PATHS_KNOWN:
+                    fine.add(ref.path)
             if problem:
                 issues.append(PlanIssue(step.id, f"param {param_path}: {{{{{ref.dotted}}}}} "
                                                  f"{problem}"))

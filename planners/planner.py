@@ -54,7 +54,7 @@ from orchestration.errors import (
 )
 from orchestration.llm.base import LLMRequest, LLMResponse
 from orchestration.llm.embeddings import EmbeddingCache, EmbeddingsClient
-from orchestration.plan import ValidatedPlan, validate_plan
+from orchestration.plan import CheckedSteps, ValidatedPlan, validate_plan
 from orchestration.services import RunServices
 from orchestration.state import RunState
 from orchestration.telemetry._observer import PlanningObservation
@@ -180,13 +180,17 @@ class Planner:
         catalog, config = services.catalog, services.config
         earlier = services.earlier_outputs  # a session's earlier runs: {{run:N.step}}
 
-        def accept(text: str) -> ValidatedPlan:
+        def accept(text: str, checked: CheckedSteps | None) -> ValidatedPlan:
             plan = _parse(text, config.max_json_depth)
             validated = _validate(lambda: validate_plan(
                 plan, catalog, max_steps=config.max_plan_steps, max_depth=config.max_json_depth,
-                earlier=earlier))
+                earlier=earlier, checked=checked))
             if self.check_references:
-                issues = check_reference_paths(plan.steps, catalog, outputs=earlier)
+                # a step checked while it streamed had its paths checked then
+                unchecked = (plan.steps if checked is None else
+                             [s for s in plan.steps if not checked.unchanged(s)])
+                issues = check_reference_paths(unchecked, catalog, known_steps=validated.steps,
+                                               outputs=earlier)
                 if issues:
                     raise _Rejected(PlanFeedback("validation", str(PlanValidationError(issues)),
                                                  0, "plan", [str(i) for i in issues]))
@@ -217,7 +221,7 @@ class Planner:
             run.outputs, value_limit=limit,
             total_limit=max(limit, config.planner_prompt_budget_chars // 4))
 
-        def accept(text: str) -> RepairPlan | None:
+        def accept(text: str, checked: CheckedSteps | None) -> RepairPlan | None:
             plan = _parse(text, config.max_json_depth)
             if not plan.steps:
                 return None
@@ -277,7 +281,7 @@ class Planner:
         services: RunServices,
         purpose: str,
         prompt: BuiltPrompt,
-        accept: Callable[[str], T],
+        accept: Callable[[str, CheckedSteps | None], T],
         observation: PlanningObservation,
         listener: StepListener | None = None,
     ) -> T:
@@ -297,11 +301,13 @@ class Planner:
             number += 1
             request = LLMRequest(purpose=purpose, messages=list(messages),
                                  response_schema=schema, schema_name="plan")
+            checked: CheckedSteps | None = None
             try:
                 if listener is None:
                     response = await services.llm.complete(request)
                 else:
-                    response = await self._streamed(services, request, listener, number)
+                    response, checked = await self._streamed(services, request, listener,
+                                                             number)
             except LLMError as exc:
                 if listener is not None:
                     await listener.discard(f"plan attempt {number} failed: {exc}")
@@ -349,7 +355,7 @@ class Planner:
                     raise _Rejected(PlanFeedback(
                         "length", "the answer was cut off at the output length limit "
                         "(finish_reason=length)", number, purpose))
-                result = accept(response.content)
+                result = accept(response.content, checked)
             except _Rejected as rejected:
                 feedback = rejected.feedback
                 feedback = PlanFeedback(feedback.kind, feedback.error, number, purpose,
@@ -382,23 +388,32 @@ class Planner:
 
     async def _streamed(
         self, services: RunServices, request: LLMRequest, listener: StepListener, number: int
-    ) -> LLMResponse:
+    ) -> tuple[LLMResponse, CheckedSteps]:
         """One streamed plan attempt: its steps go to ``listener`` as they become ready;
         the whole answer is returned (the gateway's stream contract: its content is every
-        delta, in order). A step that shows the answer cannot be accepted has what was
+        delta, in order) with the steps checked on the way, which the final validation
+        does not check again. A step that shows the answer cannot be accepted has what was
         started discarded at once, and nothing more of this answer goes to the listener."""
         config = services.config
-        reader = PlanStream(services.catalog, max_steps=config.max_plan_steps,
-                            max_depth=config.max_json_depth,
-                            check_references=self.check_references,
-                            earlier=services.earlier_outputs)
+        reader: PlanStream | None = None  # made with the first piece read step by step
         async with aclosing(services.llm.stream(request)) as events:
             async for event in events:
                 if event.response is not None:
-                    return event.response
+                    return event.response, (reader.checked if reader is not None
+                                            else CheckedSteps({}, {}))
+                if event.last:
+                    # the rest of the answer is here: it is parsed and validated whole
+                    # now, and what had not started yet starts from the plan, so
+                    # reading it piece by piece first would only cost time
+                    continue
+                if reader is None:
+                    reader = PlanStream(services.catalog, max_steps=config.max_plan_steps,
+                                        max_depth=config.max_json_depth,
+                                        check_references=self.check_references,
+                                        earlier=services.earlier_outputs)
                 doomed = reader.doomed
                 for step in reader.feed(event.delta):
-                    listener.step_ready(step)
+                    listener.step_ready(step, reader.dependencies(step.id))
                 if reader.doomed is not None and doomed is None:
                     await listener.discard(f"plan attempt {number} cannot be accepted: "
                                            f"{reader.doomed}")

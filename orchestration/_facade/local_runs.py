@@ -21,7 +21,9 @@ from orchestration._budget import RunBudget
 from orchestration._events import EventCallback, EventSink
 from orchestration._facade.inputs import RunInputs, check_query, check_run_id
 from orchestration._facade.loop_resources import TransportPool
+from orchestration._facade.parking import unpark
 from orchestration._facade.parts import FacadeParts
+from orchestration._facade.requests import RequestWatch
 from orchestration._facade.sessions import LocalSessions
 from orchestration._facade.store_access import RunStoreAccess
 from orchestration._plan_cache import PlanCache
@@ -33,7 +35,7 @@ from orchestration.llm._gateway import DebugRecorder, LLMGateway
 from orchestration.plan import Plan, ValidatedPlan
 from orchestration.result import RunResult, StepResult
 from orchestration.retry_policy import RetryPolicy
-from orchestration.services import RunServices
+from orchestration.services import CallInspector, RunServices
 from orchestration.sessions import SessionHistory
 from orchestration.state import RunSetup, RunState
 from orchestration.store import StoredRun
@@ -75,6 +77,11 @@ class LocalRuns:
         self.sessions = LocalSessions(parts, stores)
         self.active: dict[str, RunHandle] = {}
         self._plans: PlanCache | None = None
+        self.requests = RequestWatch(lambda: self._parts.store, self.active)
+        """Cancels asked by other processes for the runs executing here."""
+        # what every run's services share, made once per configuration rather than per
+        # run: (config, layers) -> (the LLM retry policy, the call inspector)
+        self._shared: tuple[object, object, RetryPolicy, CallInspector] | None = None
 
     # --- starting and continuing ----------------------------------------------------------
     async def start_new(
@@ -146,6 +153,8 @@ class LocalRuns:
         if missing:
             raise CredentialsRequired(run.run_id, missing)
         run.credentials_for = sorted(given.required)
+        if given:
+            unpark(run)  # it waited for these credentials (parking.py): it has them now
         recorder = self.stores.recorder(stored.state.run_id)
         await recorder.take_over(stored)
         # the run's status and the decisions made for it (approvals, rejections) are the
@@ -162,6 +171,12 @@ class LocalRuns:
         return await self.execute(stored.state, recorder, stored=stored, approved=approved,
                                   on_event=on_event, started=started, settled=settled,
                                   credentials=given)
+
+    def credentials_needed(self, run: RunState) -> list[str]:
+        """The names of the per-run credentials ``run`` was started with that its calls
+        still to make need: what a resume without credentials lacks."""
+        return RunCredentials(None, required=run.credentials_for).needed_by(
+            self._remaining_capabilities(run))
 
     def _remaining_capabilities(self, run: RunState) -> list[Capability]:
         """The capabilities a continued run may still call: those of its plan's steps not
@@ -242,6 +257,7 @@ class LocalRuns:
         handle = RunHandle(run.run_id, run.query, state=run, sink=services.events,
                            cancellation=services.cancellation)
         self.active[run.run_id] = handle
+        self.requests.ensure()
         try:
             result = await self._execute_registered(run, services, handle, plan=plan,
                                                     stored=stored, approved=approved or {},
@@ -342,20 +358,24 @@ class LocalRuns:
         per-run credentials and the earlier runs of its session."""
         parts = self._parts
         config = parts.config
+        shared = self._shared
+        if shared is None or shared[0] is not config or shared[1] is not parts.layers:
+            shared = self._shared = (config, parts.layers, RetryPolicy.for_llm(config),
+                                     parts.engine.call_inspector(parts.layers))
         budget = RunBudget(run, config, parts.observer)
         return RunServices(
             # a snapshot: a catalog refresh during the run must not change what it planned with
             catalog=parts.catalog.snapshot(), config=config, layers=parts.layers,
             llm=LLMGateway(
                 parts.llm, observer=parts.observer, usage=run.usage, run_id=run.run_id,
-                budget=budget, policy=RetryPolicy.for_llm(config),
+                budget=budget, policy=shared[2],
                 clock=parts.clock, debug_recorder=self._debug_recorder(),
             ),
             transport=self._transports.for_current_loop(config), observer=parts.observer,
             recorder=recorder, events=EventSink(run, recorder, parts.clock), clock=parts.clock,
             deadline=asyncio.get_running_loop().time() + config.run_timeout_s,
             budget=budget,
-            calls=parts.engine.call_inspector(parts.layers),
+            calls=shared[3],
             credentials=credentials if credentials else None, session=session,
             plans=self._plan_cache() if config.plan_cache else None,
         )

@@ -19,6 +19,8 @@ def register(commands: Commands) -> None:
     http.add_argument("--port", type=int, help="port (default: ORCH_SERVE_PORT, 8080; 0: any)")
     http.add_argument("--insecure", action="store_true",
                       help="allow a non-loopback address without ORCH_SERVE_TOKEN")
+    http.add_argument("--workers", type=int, help="processes on the socket, sharing the run "
+                      "store (default: ORCH_SERVE_WORKERS, 1)")
     http.set_defaults(fn=cmd_serve)
     worker = commands.add_parser("worker", help="host runs on Temporal: poll the task queue "
                                  "for run workflows and their tool and LLM calls (needs "
@@ -33,7 +35,8 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
         from orchestration.server import serve
     except ImportError as exc:
         raise DagwrightError(needs_extra("dagwright serve", "serve", exc.name)) from exc
-    return serve(host=args.host, port=args.port, insecure=args.insecure, out=out)
+    return serve(host=args.host, port=args.port, insecure=args.insecure,
+                 workers=args.workers, out=out)
 
 
 def cmd_worker(args: argparse.Namespace, out: TextIO) -> int:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import pkgutil
+import re
 
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import ConfigError
@@ -15,6 +17,9 @@ _UNSET_PROVIDER = (" (openai is the default, as ORCH_LLM_PROVIDER is unset: poin
                    "ORCH_LLM_BASE_URL and ORCH_LLM_MODEL at an OpenAI-compatible server, or "
                    "set ORCH_LLM_PROVIDER=anthropic; `dagwright demo` needs no model)")
 
+_FUNCTION = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+"""``module:function``: a scripted answer made by a function (one answer per request)."""
+
 
 def client_from_config(config: OrchestratorConfig) -> LLMClient:
     """The client for ``ORCH_LLM_PROVIDER``; raises :class:`ConfigError` naming what is missing."""
@@ -23,6 +28,15 @@ def client_from_config(config: OrchestratorConfig) -> LLMClient:
         if config.llm_script is None:
             raise ConfigError("ORCH_LLM_PROVIDER=scripted needs ORCH_LLM_SCRIPT (a JSON file: "
                               "a list of answers, or {\"rules\": [...]})")
+        reference = str(config.llm_script)
+        if _FUNCTION.fullmatch(reference) and not config.llm_script.exists():
+            try:
+                answer = pkgutil.resolve_name(reference)
+            except (ImportError, AttributeError, ValueError) as exc:
+                raise ConfigError(f"ORCH_LLM_SCRIPT={reference}: cannot be imported: {exc}") from exc
+            if not callable(answer):
+                raise ConfigError(f"ORCH_LLM_SCRIPT={reference}: not a function")
+            return ScriptedLLM(answer)
         source = f"ORCH_LLM_SCRIPT={config.llm_script}"
         try:
             answers = json.loads(config.llm_script.read_text(encoding="utf-8"))

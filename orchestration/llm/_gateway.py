@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import TypeVar
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
 from orchestration._budget import RunBudget
 from orchestration.clock import Clock
@@ -42,6 +43,8 @@ from orchestration.telemetry._observer import Observer
 
 __all__ = ["DebugRecorder", "LLMGateway"]
 
+T = TypeVar("T")
+
 DebugRecorder = Callable[[LLMRequest, LLMResponse | None, BaseException | None, float], None]
 
 
@@ -49,11 +52,55 @@ def _worth_retrying(exc: BaseException) -> bool:
     return isinstance(exc, LLMError) and exc.retryable and not isinstance(exc, LLMBudgetExceeded)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class _StreamFailed:
-    """How a stream's producer hands its error to the consumer."""
+class _Channel:
+    """How a stream's producer hands its text to the consumer: the text that arrived
+    since the consumer last looked, and how the stream ended (its final event, or the
+    error it failed with).
 
-    error: BaseException
+    The text that arrived while the consumer was busy is handed over in one piece: a
+    consumer's cost is per event, and an answer that arrives whole (a model that answers
+    at once, a burst of server-sent events read together) then costs one event instead
+    of hundreds. Nothing that has arrived is held back, so a stream that trickles in is
+    delivered piece by piece as before.
+    """
+
+    __slots__ = ("_waiter", "delivered", "end", "pieces")
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+        self.delivered = False
+        """Text has been handed over: the call may no longer be retried."""
+        self.end: LLMStreamEvent | BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, delta: str) -> None:
+        self.pieces.append(delta)
+        self.delivered = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def close(self, end: LLMStreamEvent | BaseException) -> None:
+        self.end = end
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def take(self) -> tuple[str, LLMStreamEvent | BaseException | None]:
+        """The text that arrived since the last call (waiting for some), and the end if
+        the stream has ended."""
+        while not self.pieces and self.end is None:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        text = self.pieces[0] if len(self.pieces) == 1 else "".join(self.pieces)
+        self.pieces.clear()
+        return text, self.end
 
 
 class LLMGateway:
@@ -104,29 +151,44 @@ class LLMGateway:
         """LLM calls the run may still make (0 once any budget stopped it)."""
         return self.budget.remaining_llm_calls
 
-    def _wait(self, state: RetryCallState) -> float:
-        exc = state.outcome.exception() if state.outcome else None
+    def _delay(self, exc: BaseException | None, attempt: int) -> float:
+        """How long to wait after failed attempt number ``attempt`` (from 1)."""
         retry_after = exc.retry_after_s if isinstance(exc, LLMError) else None
-        return self.policy.rate_limit_delay(retry_after, state.attempt_number, self.run_id)
+        return self.policy.rate_limit_delay(retry_after, attempt, self.run_id)
 
-    def _retrying(self, worth_retrying: Callable[[BaseException], bool]) -> AsyncRetrying:
-        return AsyncRetrying(
-            stop=stop_after_attempt(self.policy.max_attempts),
-            wait=self._wait,
+    async def _with_retries(
+        self, call: Callable[[], Awaitable[T]], worth_retrying: Callable[[BaseException], bool]
+    ) -> T:
+        """``call()``, retried under the policy while its failure is worth retrying.
+
+        The first attempt is a plain call: almost every LLM call succeeds at once, and
+        tenacity's retry state (objects that refer to each other, so only the cyclic
+        garbage collector frees them and what they hold — the run) is made only once a
+        retry is due. Attempt ``n`` waits the policy's delay for attempt ``n - 1``."""
+        try:
+            return await call()
+        except Exception as exc:
+            if self.policy.max_attempts <= 1 or not worth_retrying(exc):
+                raise
+            first = exc
+        await self.clock.sleep(self._delay(first, 1))
+        result: list[T] = []
+        async for attempt in AsyncRetrying(
+            stop=stop_after_attempt(self.policy.max_attempts - 1),
+            wait=lambda state: self._delay(
+                state.outcome.exception() if state.outcome else None, state.attempt_number + 1),
             retry=retry_if_exception(worth_retrying),
             sleep=self.clock.sleep,
             reraise=True,
-        )
+        ):
+            with attempt:
+                result.append(await call())
+        return result[-1]
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """Ask the LLM, retrying transient provider failures; raise :class:`LLMError`."""
         request.run_id = request.run_id or self.run_id
-        response: LLMResponse | None = None
-        async for attempt in self._retrying(_worth_retrying):
-            with attempt:
-                response = await self._one_call(request)
-        assert response is not None
-        return response
+        return await self._with_retries(lambda: self._one_call(request), _worth_retrying)
 
     async def stream(self, request: LLMRequest) -> AsyncGenerator[LLMStreamEvent, None]:
         """Ask the LLM for a streamed answer: deltas, then the final event.
@@ -138,23 +200,26 @@ class LLMGateway:
         after text arrived carries it in ``partial``. The final response's content is
         exactly the concatenation of the deltas delivered.
 
-        The call runs in a task of its own that hands events over a queue, so the
+        The call runs in a task of its own that hands its text over (``_Channel``), so the
         call's span is never the current span in the consumer's code (work the consumer
         starts between deltas is not parented to the LLM call), and leaving the loop
         early, or being cancelled, cancels the call. Iterate to the end or inside
         ``contextlib.aclosing``.
         """
         request.run_id = request.run_id or self.run_id
-        queue: asyncio.Queue[LLMStreamEvent | _StreamFailed] = asyncio.Queue()
-        producer = asyncio.create_task(self._produce(request, queue),
+        channel = _Channel()
+        producer = asyncio.create_task(self._produce(request, channel),
                                        name=f"llm-stream:{request.purpose}")
         try:
             while True:
-                item = await queue.get()
-                if isinstance(item, _StreamFailed):
-                    raise item.error
-                yield item
-                if item.final:
+                text, end = await channel.take()
+                if text:
+                    # ``last``: the rest of the answer came with this text
+                    yield LLMStreamEvent(delta=text, last=isinstance(end, LLMStreamEvent))
+                if isinstance(end, BaseException):
+                    raise end
+                if end is not None:
+                    yield end
                     return
         finally:
             if not producer.done():
@@ -164,31 +229,22 @@ class LLMGateway:
                 await asyncio.wait({producer})
 
     async def _produce(
-        self, request: LLMRequest, queue: asyncio.Queue[LLMStreamEvent | _StreamFailed]
+        self, request: LLMRequest, channel: _Channel
     ) -> None:
-        """Run the streamed call with its retries, feeding ``queue``; never raises."""
-        delivered = False
-
-        def deliver(event: LLMStreamEvent) -> None:
-            nonlocal delivered
-            delivered = True
-            queue.put_nowait(event)
+        """Run the streamed call with its retries, feeding ``channel``; never raises."""
 
         def worth_retrying(exc: BaseException) -> bool:
-            return not delivered and _worth_retrying(exc)
+            return not channel.delivered and _worth_retrying(exc)
 
         try:
-            response: LLMResponse | None = None
-            async for attempt in self._retrying(worth_retrying):
-                with attempt:
-                    response = await self._one_stream(request, deliver)
-            assert response is not None
-            queue.put_nowait(LLMStreamEvent(response=response))
+            response = await self._with_retries(
+                lambda: self._one_stream(request, channel.put), worth_retrying)
+            channel.close(LLMStreamEvent(response=response))
         except Exception as exc:  # handed to the consumer, who raises it
-            queue.put_nowait(_StreamFailed(exc))
+            channel.close(exc)
 
     async def _one_stream(
-        self, request: LLMRequest, deliver: Callable[[LLMStreamEvent], None]
+        self, request: LLMRequest, deliver: Callable[[str], None]
     ) -> LLMResponse:
         """One streamed call: every delta to ``deliver``, the final response returned."""
         self._spend_call(request)
@@ -225,9 +281,14 @@ class LLMGateway:
         self,
         request: LLMRequest,
         parts: list[str],
-        deliver: Callable[[LLMStreamEvent], None],
+        deliver: Callable[[str], None],
     ) -> LLMResponse:
-        events = stream_from(self.client, request)
+        # a client that streams is read directly (every piece of a long answer passes
+        # here: one async generator less per piece), any other through stream_from
+        client = self.client
+        events = (client.stream(request) if supports_streaming(client)
+                  else stream_from(client, request))
+        append = parts.append
         try:
             async for event in events:
                 if event.response is not None:
@@ -237,9 +298,10 @@ class LLMGateway:
                         # content differs from its deltas must not contradict it.
                         return dataclasses.replace(event.response, content=text)
                     return event.response
-                if event.delta:
-                    parts.append(event.delta)
-                    deliver(event)
+                delta = event.delta
+                if delta:
+                    append(delta)
+                    deliver(delta)
         finally:
             await close_iterator(events)
         raise LLMError(LLMErrorKind.MALFORMED,

@@ -85,10 +85,16 @@ class LLMStreamEvent:
     output was requested the deltas are pieces of the JSON text. A stream that fails
     raises :class:`~orchestration.errors.LLMError` instead of its final event; once
     text has been received the error's ``partial`` holds it.
+
+    ``last`` marks a delta after which no more text comes (the final event is next), when
+    whoever hands the stream over knows it: the LLM gateway sets it when the whole
+    rest of the answer had already arrived, so a reader that acts on pieces as they come
+    (the streamed plan) can leave them to the final answer instead.
     """
 
     delta: str = ""
     response: LLMResponse | None = None
+    last: bool = False
 
     @property
     def final(self) -> bool:

@@ -154,8 +154,13 @@ class ScriptedLLM:
                 yield LLMStreamEvent(delta=piece)
             raise answer
         response = self._to_response(request, answer)
-        async for piece in self._pieces(response.content):
-            yield LLMStreamEvent(delta=piece)
+        text, size = response.content, self.chunk_chars
+        if self.chunk_delay_s:
+            async for piece in self._pieces(text):
+                yield LLMStreamEvent(delta=piece)
+        else:  # all at once, as a model that answers at once: no wait between pieces
+            for start in range(0, len(text), size):
+                yield LLMStreamEvent(delta=text[start:start + size])
         yield LLMStreamEvent(response=response)
 
     async def _pieces(self, text: str) -> AsyncIterator[str]:

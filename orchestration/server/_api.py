@@ -507,6 +507,10 @@ async def decide(request: Request) -> Response:
         raise ApiError(409, "run_leased", str(exc), details={"run_id": run_id}) from exc
     except StoreError as exc:
         raise _store_error(exc) from exc
+    if handle is None:  # no free slot here: queued, continued by the first server with one
+        return JSONResponse({"run_id": run_id, "status": "awaiting_approval",
+                             "decision": "queued", "links": _links(request, run_id)},
+                            status_code=202, headers={"Location": _links(request, run_id)["self"]})
     return _accepted(request, handle)
 
 

@@ -54,7 +54,8 @@ async def healthz(request: Request) -> Response:
     except StoreError as exc:
         return JSONResponse({"status": "unavailable", "error": str(exc)}, status_code=503)
     return JSONResponse({"status": "ok", "active_runs": manager.active,
-                         "max_runs": manager.max_runs, "closing": manager.closing})
+                         "max_runs": manager.max_runs, "closing": manager.closing,
+                         "pid": os.getpid()})
 
 
 async def metrics(request: Request) -> Response:
@@ -99,8 +100,11 @@ def create_app(
     if isinstance(tenants, str):
         tenants = read_tenants(tenants)
     check_token(token)
-    access = Access(token, tenants)
-    manager = RunManager(orchestrator, max_runs=max_runs or config.serve_max_runs)
+    session_key = (config.serve_session_key.get_secret_value() or None
+                   if config.serve_session_key is not None else None)
+    access = Access(token, tenants, session_key=session_key)
+    manager = RunManager(orchestrator, max_runs=max_runs or config.serve_max_runs,
+                         tenants=access.tenants.values())
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -5,11 +5,29 @@ Every execution the server starts — a new run, a run continued after a person'
 decision, an interrupted run resumed at start — takes one slot from the moment it is
 asked for (so two requests at once cannot both take the last slot) until it ends. Past
 the bound a request gets :class:`Busy` (the API answers 429 with ``Retry-After``). On a
-server with tenants, a tenant with ``max_runs`` also holds at most that many slots.
+server with tenants, a tenant with ``max_runs`` also holds at most that many slots *of
+this process*: both bounds are per process (``--workers N`` processes and R replicas
+give a tenant up to N x R x ``max_runs``; docs/serve.md).
 
 Readers of a run's event stream wait on :meth:`RunManager.watch`; the manager wakes them
 when an execution of that run starts or ends here, so a stream that waited through an
 approval goes on the moment the run does.
+
+**Several processes, one store** (``--workers N``, replicas behind a load balancer): a
+run executes in the process that holds its lease, and every process looks after the
+runs nobody executes any more. Every :data:`SWEEP_S` (and at start), with the slots it
+has free, a process takes over the ``running`` runs whose lease expired by the store's
+clock or whose holder on this machine died (a resume, which re-sends nothing that may
+have happened), and resumes the runs whose decisions another process accepted without
+a free slot (:meth:`RunManager.decide` queues them in the store). Each takes a slot of
+the run's own tenant. A run that needs the per-run credentials it was started with is
+never taken over (they are never stored): it is parked, marked as waiting for a resume
+that gives them (``orchestration/_facade/parking.py``).
+
+Who may ask what of a run is decided where the request arrives, from the store: a
+tenant's request about another tenant's run is answered 404 by every process
+(``_api.read_run``) before anything is written, so a cancel or a decision queued in the
+store for another process was always made by the run's own tenant.
 """
 
 from __future__ import annotations
@@ -18,15 +36,18 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from orchestration.credentials import Credentials
-from orchestration.errors import DagwrightError, RunLeased
+from orchestration.errors import ApprovalError, CredentialsRequired, DagwrightError, RunLeased
 from orchestration.handle import RunHandle
 from orchestration.orchestrator import Orchestrator
-from orchestration.result import Approval, SynthesisStrategy
+from orchestration.result import Approval, RunResult, SynthesisStrategy
 from orchestration.server._tenants import Tenant
+from orchestration.store._feed import CHANNEL_REQUESTS, CHANNEL_RUNS, feed_of
+from orchestration.store._recorder import HOST, holder_is_dead
+from orchestration.store._requests import RunRequest
 from orchestration.workflows import WorkflowLibrary
 
 __all__ = ["Busy", "RunManager"]
@@ -35,6 +56,13 @@ log = logging.getLogger("dagwright.serve")
 
 RETRY_AFTER_S = 5
 """What a 429 tells a client to wait: runs take seconds to minutes."""
+SWEEP_S = 1.0
+"""How often a server looks for runs to take over and queued decisions (a PostgreSQL
+store also wakes it when a decision is queued)."""
+STREAM_POLL_S = 0.25
+"""How often an event stream of a run executing elsewhere reads the store when the store
+cannot announce changes (SQLite); on PostgreSQL a notification wakes it at once."""
+_MAX_UNHELD = 1000
 
 
 class Busy(Exception):
@@ -58,9 +86,15 @@ class Busy(Exception):
 class RunManager:
     """Starts, continues and stops the executions of one server."""
 
-    def __init__(self, orchestrator: Orchestrator, *, max_runs: int) -> None:
+    def __init__(self, orchestrator: Orchestrator, *, max_runs: int,
+                 tenants: Iterable[Tenant] = ()) -> None:
         self.orchestrator = orchestrator
         self.max_runs = max_runs
+        self._tenants = {tenant.name: tenant for tenant in tenants}
+        """The tenants this server knows, by name: a run taken over, or continued with a
+        queued decision, takes a slot of its own tenant."""
+        self._parked: set[str] = set()
+        """Runs left to a resume with their per-run credentials (:meth:`_park`)."""
         self.closing = False
         self.recovered: list[str] = []
         """Runs resumed at start because a crash had interrupted them."""
@@ -121,16 +155,35 @@ class RunManager:
 
     async def decide(self, run_id: str, step_id: str, approval: Approval, *,
                      tenant: Tenant | None = None,
-                     credentials: Credentials | None = None) -> RunHandle:
-        """Apply a person's decision and continue the run in the background."""
-        return await self.resume(run_id, approvals={step_id: approval}, tenant=tenant,
-                                 credentials=credentials)
+                     credentials: Credentials | None = None) -> RunHandle | None:
+        """Apply a person's decision and continue the run in the background; None when
+        no slot is free here (the server's, or the run's tenant's) and the decision was
+        queued in the run store instead (checked first: a decision that does not fit
+        raises as it would here), for the first process with a free slot to act on.
+
+        A decision that comes with per-run credentials, or for a run that needs them to
+        go on, is never queued (they are never stored, and the process that would act on
+        it has none): it gets :class:`Busy` (429), to be sent again."""
+        try:
+            self._take_slot(tenant)
+        except Busy as busy:
+            if self.closing or credentials:
+                raise
+            await self._queue_decision(run_id, step_id, approval, busy)
+            return None
+        return await self._resume_in_slot(run_id, {step_id: approval}, tenant, credentials)
 
     async def resume(self, run_id: str, *, approvals: dict[str, Approval] | None = None,
                      tenant: Tenant | None = None,
                      credentials: Credentials | None = None) -> RunHandle:
         """Continue a run (with decisions, and the credentials it needs) in the background."""
         self._take_slot(tenant)
+        return await self._resume_in_slot(run_id, approvals, tenant, credentials)
+
+    async def _resume_in_slot(self, run_id: str, approvals: dict[str, Approval] | None,
+                              tenant: Tenant | None,
+                              credentials: Credentials | None) -> RunHandle:
+        """``astart_resume`` in the slot of ``tenant`` just taken (freed if it raises)."""
         try:
             handle = await self.orchestrator.astart_resume(run_id, approvals=approvals,
                                                            credentials=credentials)
@@ -139,6 +192,22 @@ class RunManager:
             raise
         self._track(handle, tenant)
         return handle
+
+    async def _queue_decision(self, run_id: str, step_id: str, approval: Approval,
+                              busy: Busy) -> None:
+        orchestrator = self.orchestrator
+        try:
+            # raises what a resume here would (CredentialsRequired included: a resume
+            # without credentials is what the process acting on the queue can make)
+            current = await orchestrator.acheck_approvals(run_id, {step_id: approval})
+        except CredentialsRequired:
+            raise busy from None
+        pending = next(p for p in current.pending_approvals if p.step_id == step_id)
+        await orchestrator.store.put_request(RunRequest(
+            run_id, "decision", step_id,
+            {"approval": approval.model_dump(mode="json"), "requested_at": pending.requested_at}))
+        log.info("run %s: the decision on step %s is queued (no free slot here); the first "
+                 "server with a free slot continues the run", run_id, step_id)
 
     def _take_slot(self, tenant: Tenant | None = None) -> None:
         if self.closing:
@@ -176,44 +245,128 @@ class RunManager:
         self._free_slot(tenant)
         self._wake(handle.run_id)
 
-    # --- after a crash ----------------------------------------------------------------
+    # --- runs nobody executes: after a crash, a dead process, a queued decision -----
     def start_recovery(self) -> None:
-        """Resume, in the background, the runs a crash left ``running``."""
+        """Look after the runs nobody executes, now and every :data:`SWEEP_S`."""
         self._recovery = asyncio.get_running_loop().create_task(
-            self._recover(), name="dagwright-serve-recovery")
+            self._sweep_forever(), name="dagwright-serve-recovery")
 
-    async def _recover(self) -> None:
-        """Each interrupted run is resumed as a slot is free, oldest first. A run whose
-        lease a live process holds (another server executing it) raises ``RunLeased``
-        and is left to it."""
-        try:
-            interrupted = await self.orchestrator.alist_runs(status="running", limit=10_000)
-        except DagwrightError as exc:
-            log.error("could not list interrupted runs to resume them: %s", exc)
-            return
-        for summary in reversed(interrupted):
-            if self.orchestrator.active_run(summary.run_id) is not None:
-                continue
-            while self._used >= self.max_runs and not self.closing:
-                self._slot_freed.clear()
-                await self._slot_freed.wait()
-            if self.closing:
-                return
-            self._take_slot()
+    async def _sweep_forever(self) -> None:
+        feed = feed_of(self.orchestrator.store)
+        first = True
+        while not self.closing:
             try:
-                handle = await self.orchestrator.astart_resume(summary.run_id)
-            except RunLeased:
-                self._free_slot()
-                log.info("run %s is executed by another live process; not resumed here",
-                         summary.run_id)
-                continue
+                await self._sweep(first)
             except DagwrightError as exc:
-                self._free_slot()
-                log.warning("could not resume interrupted run %s: %s", summary.run_id, exc)
+                log.error("could not look for runs to take over: %s", exc)
+            first = False
+            await feed.wait(CHANNEL_REQUESTS, None, SWEEP_S)
+
+    async def _sweep(self, first: bool) -> None:
+        """Take over the runs whose holder is gone, and resume the runs whose decision
+        waits for a slot — as far as this server's slots (and each run's tenant's) allow.
+        Oldest first."""
+        store = self.orchestrator.store
+        if first:  # the store is opened by the first read
+            await self.orchestrator.alist_runs(limit=1)
+        unheld = await store.list_unheld(host=HOST, limit=_MAX_UNHELD)
+        self._parked &= {held.run_id for held in unheld}  # resumed or ended meanwhile
+        for held in unheld:
+            if self._used >= self.max_runs or self.closing:
+                return
+            if held.run_id in self._parked or self.orchestrator.active_run(held.run_id):
                 continue
-            self._track(handle)
-            self.recovered.append(summary.run_id)
-            log.info("resumed run %s, interrupted by a stop of its process", summary.run_id)
+            if not held.free and not holder_is_dead(held.owner):
+                continue
+            current = await self.orchestrator.aget_run(held.run_id)
+            if current is None or current.status != "running":
+                continue
+            if await self._resume(held.run_id, None, self._tenant_of(current)):
+                self.recovered.append(held.run_id)
+                log.info("resumed run %s, interrupted by a stop of its process", held.run_id)
+        decisions: dict[str, list[RunRequest]] = {}
+        for request in await store.list_requests(kind="decision"):
+            decisions.setdefault(request.run_id, []).append(request)
+        for run_id, requests in decisions.items():
+            if self._used >= self.max_runs or self.closing:
+                return
+            if self.orchestrator.active_run(run_id) is None:
+                await self._resume_decided(run_id, requests)
+
+    def _tenant_of(self, run: RunResult) -> Tenant | None:
+        """The tenant a run executes for (its context's), with its ``max_runs`` when this
+        server knows its tokens; None for a run of no tenant."""
+        name = (run.context or {}).get("tenant")
+        if not isinstance(name, str) or not name:
+            return None
+        return self._tenants.get(name) or Tenant(name)
+
+    async def _resume_decided(self, run_id: str, requests: list[RunRequest]) -> None:
+        """Resume a run with the decisions another process queued for it (those that
+        answer the approvals it waits for now; the rest are stale and dropped)."""
+        store = self.orchestrator.store
+        current = await self.orchestrator.aget_run(run_id)
+        waiting = {p.step_id: p.requested_at for p in current.pending_approvals} \
+            if current is not None and current.status == "awaiting_approval" else {}
+        approvals: dict[str, Approval] = {}
+        for request in requests:
+            payload = request.payload or {}
+            if waiting.get(request.key) == payload.get("requested_at"):
+                approvals[request.key] = Approval.model_validate(payload.get("approval"))
+        stale = [r.key for r in requests if r.key not in approvals]
+        if stale:
+            await store.drop_requests(run_id, "decision", stale)
+        if (approvals and current is not None
+                and await self._resume(run_id, approvals, self._tenant_of(current))):
+            await store.drop_requests(run_id, "decision", list(approvals))
+            log.info("run %s: continued with the decision(s) on %s queued by another "
+                     "server", run_id, ", ".join(approvals))
+
+    async def _resume(self, run_id: str, approvals: dict[str, Approval] | None,
+                      tenant: Tenant | None) -> bool:
+        """Resume ``run_id`` here in a slot of ``tenant``; False when no slot is free for
+        it, another process holds it, it needs per-run credentials (it is parked: see
+        :meth:`_park`) or it could not be resumed (logged)."""
+        try:
+            self._take_slot(tenant)
+        except Busy:
+            return False  # (the tenant's slots here are taken: another server may have one)
+        try:
+            handle = await self.orchestrator.astart_resume(run_id, approvals=approvals)
+        except RunLeased:
+            self._free_slot(tenant)
+            log.info("run %s is executed by another live process; not resumed here", run_id)
+            return False
+        except CredentialsRequired as exc:
+            self._free_slot(tenant)
+            await self._park(run_id, exc)
+            return False
+        except ApprovalError as exc:
+            self._free_slot(tenant)
+            log.warning("run %s: a queued decision no longer applies (%s); dropped", run_id, exc)
+            await self.orchestrator.store.drop_requests(run_id, "decision", list(approvals or ()))
+            return False
+        except DagwrightError as exc:
+            self._free_slot(tenant)
+            log.warning("could not resume run %s: %s", run_id, exc)
+            return False
+        self._track(handle, tenant)
+        return True
+
+    async def _park(self, run_id: str, needed: CredentialsRequired) -> None:
+        """Leave a run that needs its per-run credentials to whoever resumes it with
+        them: it is marked so in the store (a warning on the run) and this server does
+        not try it again while it waits (nothing was taken over, nothing sent)."""
+        self._parked.add(run_id)
+        try:
+            await self.orchestrator.apark_for_credentials(run_id)
+        except DagwrightError as exc:  # (RunLeased: resumed elsewhere meanwhile)
+            log.info("run %s: not marked as waiting for credentials: %s", run_id, exc)
+            return
+        log.warning("run %s stopped with its process and needs the per-run credentials it "
+                    "was started with for %s (never stored): not taken over; it waits for a "
+                    "client to resume it with them (POST /v1/runs/%s/resume)", run_id,
+                    ", ".join(repr(n) for n in needed.names), run_id)
 
     # --- readers ----------------------------------------------------------------------
     def watch(self, run_id: str) -> asyncio.Event:
@@ -233,6 +386,19 @@ class RunManager:
     def _wake(self, run_id: str) -> None:
         for event in self._watchers.get(run_id, ()):
             event.set()
+
+    async def changed(self, run_id: str, wake: asyncio.Event) -> None:
+        """Until ``wake`` is set (an execution of the run started or ended here), the
+        store announces a change of the run (PostgreSQL), or a poll's time passed."""
+        feed = feed_of(self.orchestrator.store)
+        timeout = 1.0 if feed.listens else STREAM_POLL_S
+        waits = [asyncio.ensure_future(wake.wait()),
+                 asyncio.ensure_future(feed.wait(CHANNEL_RUNS, run_id, timeout))]
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
 
     # --- stopping ---------------------------------------------------------------------
     async def shutdown(self) -> None:

@@ -8,6 +8,7 @@ never refused.
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 from typing import TextIO
@@ -18,9 +19,10 @@ from orchestration.config import OrchestratorConfig
 from orchestration.errors import ConfigError
 from orchestration.logging_setup import configure_logging
 from orchestration.orchestrator import Orchestrator
-from orchestration.server._app import create_app
-from orchestration.server._security import LOOPBACK_HOSTS, check_exposure, check_token, is_loopback
+from orchestration.server._gc import tune_collector
+from orchestration.server._security import check_exposure, check_token
 from orchestration.server._tenants import Access, read_tenants
+from orchestration.server._workers import WorkerSupervisor, reuse_port_sockets, serve_app
 
 __all__ = ["serve"]
 
@@ -32,12 +34,14 @@ LISTEN_BACKLOG = 2048
 """uvicorn's own default backlog."""
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
         sock = socket.socket(family, kind, proto)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:  # the workers' sockets join it on the same address
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(address)
         sock.listen(LISTEN_BACKLOG)
     except OSError as exc:
@@ -48,42 +52,68 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def serve(*, host: str | None = None, port: int | None = None, insecure: bool = False,
-          config: OrchestratorConfig | None = None, out: TextIO | None = None) -> int:
+          workers: int | None = None, config: OrchestratorConfig | None = None,
+          out: TextIO | None = None) -> int:
     """Serve until interrupted (SIGINT/SIGTERM: runs in flight stay resumable and are
-    resumed at the next start). Raises :class:`ConfigError` for an address it must not
-    or cannot listen on, a short token, or a missing catalog."""
+    resumed at the next start). ``workers`` processes (default ``ORCH_SERVE_WORKERS``)
+    share the socket and the run store. Raises :class:`ConfigError` for an address it
+    must not or cannot listen on, a short token, or a missing catalog."""
     out = out or sys.stdout
     config = config or OrchestratorConfig()
     host = host or config.serve_host
     port = config.serve_port if port is None else port
+    workers = workers or config.serve_workers
+    if workers < 1:
+        raise ConfigError(f"--workers {workers}: give at least 1")
     token = config.serve_token.get_secret_value() if config.serve_token is not None else None
     token = token or None
     check_token(token)
     tokens = config.serve_tokens.get_secret_value() if config.serve_tokens is not None else ""
     tenants = read_tenants(tokens) if tokens.strip() else None
     Access(token, tenants)  # both set is refused here, before anything starts
-    guarded = token is not None or tenants is not None
     check_exposure(host, token if tenants is None else "tenants", insecure)
     configure_logging(config)
-    orchestrator = Orchestrator.from_env(config=config)
-    sock = _bind(host, port)
+    config = config.model_copy(update={"serve_host": host})
+    orchestrator = Orchestrator.from_env(config=config)  # a bad catalog fails here, once
+    sock = _bind(host, port, reuse_port=workers > 1)
     try:
-        app = create_app(orchestrator, token=token, close_orchestrator=True, tenants=tenants,
-                         allowed_hosts=LOOPBACK_HOSTS if not guarded and is_loopback(host)
-                         else None)
         shown = f"[{host}]" if ":" in host else host
         actual = sock.getsockname()[1]
         needed = (f"{len({t.name for t in tenants.values()})} tenant(s), each with its own "
                   "bearer token" if tenants else "a bearer token is required" if token
                   else "no token")
         out.write(f"dagwright serve: http://{shown}:{actual}/ui/ (API under /v1; {needed}; "
-                  f"at most {config.serve_max_runs} runs at once)\n")
+                  f"at most {config.serve_max_runs} runs at once"
+                  + (f" in each of {workers} processes" if workers > 1 else "") + ")\n")
         out.flush()
-        server = uvicorn.Server(uvicorn.Config(
-            app, log_level=config.log_level.lower(), lifespan="on",
-            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, log_config=None))
-        server.run(sockets=[sock])
+        if workers > 1:
+            orchestrator.close()
+            _serve_workers(config, workers, sock)
+        else:
+            app = serve_app(config, orchestrator)
+            server = uvicorn.Server(uvicorn.Config(
+                app, log_level=config.log_level.lower(), lifespan="on",
+                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, log_config=None))
+            tune_collector(config.serve_gc)
+            server.run(sockets=[sock])
     finally:
         sock.close()
         orchestrator.close()
     return 0
+
+
+def _serve_workers(config: OrchestratorConfig, workers: int, sock: socket.socket) -> None:
+    """``workers`` processes on ``sock`` under uvicorn's supervisor (which replaces a
+    worker that dies and stops them all on SIGINT/SIGTERM). Each builds its app from the
+    environment, so what the command line chose goes there first."""
+    os.environ["ORCH_SERVE_HOST"] = config.serve_host
+    uvicorn_config = uvicorn.Config(
+        "orchestration.server._workers:worker_app", factory=True, workers=workers,
+        log_level=config.log_level.lower(), lifespan="on",
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, log_config=None)
+    sockets = reuse_port_sockets(sock, workers, LISTEN_BACKLOG)
+    try:
+        WorkerSupervisor(uvicorn_config, sockets).run()
+    finally:
+        for extra in sockets[1:]:
+            extra.close()

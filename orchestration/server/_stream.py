@@ -9,8 +9,9 @@ Where the live events come from:
 * the run executes **in this process** — its :class:`~orchestration.RunHandle` replays
   the execution's events and follows it (the store may lag: writes are batched);
 * it waits for a person, or **executes elsewhere** (another server on the same store) —
-  the store is read again whenever this server starts or ends an execution of the run,
-  and at least every ``poll_s`` seconds.
+  the store is tailed: read again whenever this server starts or ends an execution of
+  the run, when the store announces a change of it (PostgreSQL's LISTEN/NOTIFY), and at
+  least every quarter of a second on a store that cannot announce (SQLite).
 
 The stream ends once the run has a final status (succeeded, partial, failed, cancelled)
 and every event is out; a run that waits for approval keeps its stream open, so a viewer
@@ -20,7 +21,6 @@ sees the run go on after someone approves.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 
 from sse_starlette import JSONServerSentEvent, ServerSentEvent
@@ -47,8 +47,8 @@ async def _ended(handle: RunHandle) -> None:
     await ended.wait()
 
 
-async def run_event_stream(manager: RunManager, run_id: str, *, after: int,
-                           poll_s: float = 1.0) -> AsyncIterator[ServerSentEvent]:
+async def run_event_stream(manager: RunManager, run_id: str, *,
+                           after: int) -> AsyncIterator[ServerSentEvent]:
     """Events of ``run_id`` with ``seq > after``, until the run ends (see the module)."""
     orchestrator = manager.orchestrator
     last = after
@@ -73,7 +73,6 @@ async def run_event_stream(manager: RunManager, run_id: str, *, after: int,
                     yield _sse(event)
                 return
             # waiting for a person, or executing in another process
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), poll_s)
+            await manager.changed(run_id, wake)
         finally:
             manager.unwatch(run_id, wake)

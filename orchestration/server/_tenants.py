@@ -9,10 +9,15 @@ Several tokens may name one tenant (rotation). Only hashes are kept, so the file
 grants nothing if it leaks; a presented token is hashed and compared with every entry in
 constant time.
 
-A browser signs in once (``/login``) and holds a session cookie: an HMAC, under a key
-this process draws at start, of the token's hash — never the token, nor anything the
-tokens file holds — so a cookie cannot be forged from the file and a restart signs
-viewers out.
+A browser signs in once (``/login``) and holds a session cookie: an HMAC of the token's
+hash — never the token, nor anything the tokens file holds — under a key every process
+derives alike (:func:`cookie_key`: from ``ORCH_SERVE_SESSION_KEY`` and a fixed label), so
+every worker of ``serve --workers N`` and every replica sharing the store accepts it, a
+restart keeps viewers signed in, and it stops working when its token leaves the file.
+Without ``ORCH_SERVE_SESSION_KEY`` the key comes from the label alone, and whoever holds
+the tokens file could make a cookie for any token in it; set the key (the same on every
+replica) so the file grants nothing. A single-token server's cookie is an HMAC under the
+token itself (:func:`session_value`), which every process has.
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ import hashlib
 import hmac
 import json
 import re
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +35,7 @@ from pydantic import ValidationError
 from orchestration.errors import ConfigError
 from orchestration.result import RunLimits
 
-__all__ = ["Access", "Caller", "Tenant", "read_tenants", "token_hash"]
+__all__ = ["Access", "Caller", "Tenant", "cookie_key", "read_tenants", "token_hash"]
 
 _HASH = re.compile(r"^(?:sha256:)?([0-9a-fA-F]{64})$")
 _TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
@@ -122,13 +126,14 @@ class Access:
     """Who may call the server, and as whom."""
 
     def __init__(self, token: str | None = None,
-                 tenants: dict[str, Tenant] | None = None) -> None:
+                 tenants: dict[str, Tenant] | None = None, *,
+                 session_key: str | None = None) -> None:
         if token is not None and tenants:
             raise ConfigError("set ORCH_SERVE_TOKEN (one tenant) or ORCH_SERVE_TOKENS "
                               "(tenants by token), not both")
         self.token = token
         self.tenants = dict(tenants or {})
-        self._key = secrets.token_bytes(32)
+        self._key = cookie_key(session_key)
         self._cookies = {self._cookie_of(h): t for h, t in self.tenants.items()}
 
     @property
@@ -172,6 +177,17 @@ class Access:
         if self.token is not None:
             return session_value(self.token)
         return self._cookie_of(token_hash(given))
+
+
+_COOKIE_LABEL = b"dagwright-ui-session/v1"
+
+
+def cookie_key(session_key: str | None) -> bytes:
+    """The key a multi-tenant server signs viewer cookies with: derived (HMAC-SHA256, the
+    extract step of HKDF) from ``ORCH_SERVE_SESSION_KEY`` with a fixed label, so every
+    process given the same setting derives the same key — none is drawn per process."""
+    secret = session_key.encode("utf-8") if session_key else b""
+    return hmac.new(secret, _COOKIE_LABEL, hashlib.sha256).digest()
 
 
 def session_value(token: str) -> str:

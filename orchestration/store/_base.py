@@ -22,8 +22,9 @@ that guard side effects durable at once.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
@@ -31,6 +32,9 @@ from orchestration.context import context_text
 from orchestration.events import EventType, RunEvent
 from orchestration.result import Attempt, StepResult
 from orchestration.state import RunState
+
+if TYPE_CHECKING:
+    from orchestration.store._requests import HeldRun, RequestKind, RunRequest
 
 __all__ = [
     "CachedPlan",
@@ -50,7 +54,7 @@ __all__ = [
     "Write",
 ]
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """Bumped when the stored layout changes; stores migrate older layouts on open."""
 
 
@@ -292,6 +296,23 @@ class RunStore(Protocol):
 
     async def get_payloads(self, run_id: str, keys: list[str]) -> dict[str, bytes]:
         """The values of ``keys`` kept for ``run_id`` (a key not kept is absent)."""
+
+    # --- requests to runs another process executes (orchestration/store/_requests.py) --
+    async def put_request(self, request: RunRequest) -> None:
+        """Record ``request`` (replacing one of the same run, kind and key)."""
+
+    async def list_requests(self, *, kind: RequestKind | None = None,
+                            run_id: str | None = None) -> list[RunRequest]:
+        """Requests waiting, oldest first (of one kind, of one run)."""
+
+    async def drop_requests(self, run_id: str, kind: RequestKind,
+                            keys: Sequence[str] | None = None) -> None:
+        """Forget requests of ``run_id`` of ``kind`` (only those of ``keys`` when given)."""
+
+    async def list_unheld(self, *, host: str, limit: int) -> list[HeldRun]:
+        """``running`` runs whose lease is free (or expired by the store's clock), and
+        those held by processes of ``host``, oldest first: what a process that takes
+        over orphaned runs looks at."""
 
 
 # --- the plan cache (ORCH_PLAN_CACHE) --------------------------------------------------------

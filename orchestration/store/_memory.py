@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -30,6 +31,7 @@ from orchestration.store._base import (
     StoredRun,
     Write,
 )
+from orchestration.store._requests import HeldRun, RequestKind, RunRequest
 
 __all__ = ["MemoryStore"]
 
@@ -58,6 +60,7 @@ class MemoryStore:
         self._payloads: dict[tuple[str, str], bytes] = {}
         self._sessions: dict[tuple[str, str], SessionRecord] = {}
         self._plans: dict[str, CachedPlan] = {}
+        self._requests: dict[tuple[str, str, str], RunRequest] = {}
 
     async def open(self) -> None:
         return None
@@ -194,7 +197,35 @@ class MemoryStore:
             del self._runs[rid]
         gone = set(old)
         self._payloads = {k: v for k, v in self._payloads.items() if k[0] not in gone}
+        self._requests = {k: v for k, v in self._requests.items() if k[0] not in gone}
         return len(old)
+
+    async def put_request(self, request: RunRequest) -> None:
+        self._requests[(request.run_id, request.kind, request.key)] = replace(
+            request, created_at=request.created_at or time.time())
+
+    async def list_requests(self, *, kind: RequestKind | None = None,
+                            run_id: str | None = None) -> list[RunRequest]:
+        return sorted((r for r in self._requests.values()
+                       if (kind is None or r.kind == kind)
+                       and (run_id is None or r.run_id == run_id)), key=lambda r: r.created_at)
+
+    async def drop_requests(self, run_id: str, kind: RequestKind,
+                            keys: Sequence[str] | None = None) -> None:
+        for key in [k for k in self._requests
+                    if k[0] == run_id and k[1] == kind and (keys is None or k[2] in keys)]:
+            del self._requests[key]
+
+    async def list_unheld(self, *, host: str, limit: int) -> list[HeldRun]:
+        now = time.monotonic()
+        found = []
+        for run_id, run in self._runs.items():
+            if run.record.status != "running":
+                continue
+            free = run.lease_owner is None or run.lease_until is None or run.lease_until < now
+            if free or (run.lease_owner or "").startswith(host + ":"):
+                found.append((run.record.started_at, HeldRun(run_id, run.lease_owner, free)))
+        return [held for _, held in sorted(found, key=lambda f: f[0])[:limit]]
 
     async def put_payloads(self, run_id: str, payloads: dict[str, bytes]) -> None:
         for key, data in payloads.items():

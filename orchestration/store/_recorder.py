@@ -31,6 +31,7 @@ import logging
 import os
 import socket
 import uuid
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -53,7 +54,7 @@ from orchestration.store._base import (
     Write,
 )
 
-__all__ = ["RunChanged", "RunRecorder", "holder_is_dead"]
+__all__ = ["HOST", "RunChanged", "RunRecorder", "holder_is_dead"]
 
 log = logging.getLogger("dagwright.store")
 
@@ -62,7 +63,8 @@ FLUSH_DELAY_S = 0.05
 FLUSH_MAX = 512
 """A buffer this large is flushed at once."""
 
-_HOST = socket.gethostname()
+HOST = socket.gethostname()
+"""This machine's name, the first part of every lease holder's name (``host:pid:token``)."""
 
 
 class RunChanged(RunLeased):
@@ -77,7 +79,7 @@ def holder_is_dead(owner: str | None) -> bool:
         return False
     host, _, rest = owner.partition(":")
     pid_text = rest.partition(":")[0]
-    if host != _HOST or not pid_text.isdigit() or int(pid_text) == os.getpid():
+    if host != HOST or not pid_text.isdigit() or int(pid_text) == os.getpid():
         return False
     try:
         os.kill(int(pid_text), 0)
@@ -138,7 +140,7 @@ class RunRecorder:
         self.lease_s = lease_s
         # a recorder without a store (a plan-only call, a Temporal workflow, whose store is
         # its history) holds no lease and so draws no random owner token
-        self.owner = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}" if store is not None else ""
+        self.owner = f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}" if store is not None else ""
         self.lease: Lease | None = None
         self.failure: StoreError | None = None
         self.on_failure: Callable[[StoreError], None] | None = None
@@ -148,7 +150,6 @@ class RunRecorder:
         self._flush_lock = asyncio.Lock()
         self._flusher: asyncio.Task[None] | None = None
         self._flush_soon = False  # an immediate flush (a full buffer) is scheduled
-        self._renewer: asyncio.Task[None] | None = None
         self._steps_with_attempts: set[str] = set()
         self._plan_text = _PlanText()
 
@@ -209,18 +210,20 @@ class RunRecorder:
     def _hold(self, lease: Lease, started: float) -> None:
         self.lease = lease
         self._held_until = started + self.lease_s
-        self._renewer = asyncio.get_running_loop().create_task(
-            self._renew(), name=f"dagwright-lease-{self.run_id}")
+        _LeaseKeeper.of(asyncio.get_running_loop()).add(self)
 
-    async def _renew(self) -> None:
-        """Renew the lease (with whatever is buffered) a few times per lease period; the
-        first failure stops the run (:meth:`fail`, inside :meth:`flush`)."""
-        while self.failure is None:
-            await asyncio.sleep(self.lease_s / 3)
-            try:
-                await self.flush()
-            except StoreError:
-                return
+    @property
+    def renewal_due(self) -> bool:
+        """Whether a third of the lease has passed since it was last renewed (every flush
+        renews it): the :class:`_LeaseKeeper` renews it then."""
+        return (self.failure is None and self.lease is not None
+                and asyncio.get_running_loop().time() >= self._held_until - self.lease_s * 2 / 3)
+
+    async def renew(self) -> None:
+        """Renew the lease (with whatever is buffered); a failure stops the run
+        (:meth:`fail`, inside :meth:`flush`)."""
+        with contextlib.suppress(StoreError):
+            await self.flush()
 
     # --- buffered writes --------------------------------------------------------------
     def save_run(self, state: RunState) -> None:
@@ -335,7 +338,9 @@ class RunRecorder:
         """
         if self.store is None:
             return
-        for task in (self._flusher, self._renewer):
+        if self.lease is not None:
+            _LeaseKeeper.of(asyncio.get_running_loop()).discard(self)
+        for task in (self._flusher,):
             if task is not None and not task.done():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -350,3 +355,53 @@ class RunRecorder:
                 await self.store.release(self.run_id, owner=self.owner)
         if self.failure is not None:
             raise self.failure
+
+
+class _LeaseKeeper:
+    """Renews the leases of every run an event loop holds, from one task.
+
+    A task per run that sleeps and renews would keep a task, its coroutine, its context
+    and a timer alive for the whole run — objects the garbage collector walks again and
+    again while thousands of runs are in flight — to do something needed once every
+    ``lease_s / 3``. Here one task wakes every sixth of the shortest lease and renews
+    the runs whose lease was last renewed (by any write) a third of a lease ago or more,
+    so a lease never has less than half of it left; the renewals of many runs go to the
+    store together."""
+
+    _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LeaseKeeper] = (
+        weakref.WeakKeyDictionary())
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._held: set[RunRecorder] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._interval = 0.0  # how long the keeper sleeps between rounds
+        self._renewing: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop) -> _LeaseKeeper:
+        keeper = cls._by_loop.get(loop)
+        if keeper is None:
+            keeper = cls._by_loop[loop] = cls(loop)
+        return keeper
+
+    def add(self, recorder: RunRecorder) -> None:
+        self._held.add(recorder)
+        if self._task is not None and not self._task.done():
+            if recorder.lease_s / 6 >= self._interval:
+                return
+            self._task.cancel()  # asleep for longer than this lease allows: start anew
+        self._task = self._loop.create_task(self._keep(), name="dagwright-leases")
+
+    def discard(self, recorder: RunRecorder) -> None:
+        self._held.discard(recorder)
+
+    async def _keep(self) -> None:
+        while self._held:
+            self._interval = min(r.lease_s for r in self._held) / 6
+            await asyncio.sleep(self._interval)
+            for recorder in [r for r in self._held if r.renewal_due]:
+                task = self._loop.create_task(recorder.renew(),
+                                              name=f"dagwright-lease-{recorder.run_id}")
+                self._renewing.add(task)  # held until done: the loop keeps tasks weakly
+                task.add_done_callback(self._renewing.discard)

@@ -27,6 +27,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -55,6 +56,9 @@ from orchestration.store._base import (
     StoredRun,
     Write,
 )
+from orchestration.store._requests import _SCHEMA as REQUESTS_SCHEMA
+from orchestration.store._requests import SQLRequests
+from orchestration.store._sqlite_writer import SqliteWriter
 
 __all__ = ["PostgresStore", "SqliteStore", "masked_url"]
 
@@ -62,7 +66,7 @@ Statement = tuple[str, Sequence[Any]]
 
 _TABLES = ("dagwright_meta", "dagwright_runs", "dagwright_steps", "dagwright_attempts",
            "dagwright_calls", "dagwright_events", "dagwright_payloads", "dagwright_sessions",
-           "dagwright_plan_cache")
+           "dagwright_plan_cache", "dagwright_requests")
 
 # Version 1 of the layout. A later version adds a migration step to _MIGRATIONS.
 _SCHEMA_V1 = (
@@ -128,6 +132,8 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE INDEX IF NOT EXISTS dagwright_plan_cache_expires "
         "ON dagwright_plan_cache (expires_at)",
     ),
+    6: REQUESTS_SCHEMA,  # version 7: requests to runs another process executes (a
+    # cancel, a decision): orchestration/store/_requests.py
 }
 """Statements that bring a layout of version ``n`` to ``n + 1`` (a new store is created at
 version 1 and brought up the same way, so every migration runs in every test)."""
@@ -335,7 +341,7 @@ def _boot_id() -> str:
 _BOOT_ID = _boot_id()
 
 
-class _SQLStore(ABC):
+class _SQLStore(SQLRequests, ABC):
     """Everything but connecting and executing, shared by SQLite and PostgreSQL."""
 
     url: str
@@ -382,7 +388,12 @@ class _SQLStore(ABC):
         if batch or lease is not None:
             guard = None if lease is None else (_RENEW, (lease_s, lease.run_id, lease.owner,
                                                          lease.generation))
-            await self._write_many(_write_groups(batch), guard=guard, durable=durable)
+            groups = _write_groups(batch)
+            changed = {op.run_id for op in batch if isinstance(op, SaveEvent | SaveRun)}
+            for run_id in sorted(changed):
+                groups.extend((sql, [params])
+                              for sql, params in self._announce("dagwright_runs", run_id))
+            await self._write_many(groups, guard=guard, durable=durable)
 
     async def load(self, run_id: str) -> StoredRun | None:
         rows = await self._fetch(
@@ -498,7 +509,7 @@ class _SQLStore(ABC):
         counts, _ = await self._transaction([
             *((f"DELETE FROM {table} WHERE run_id IN ({old})", params)
               for table in ("dagwright_steps", "dagwright_attempts", "dagwright_calls",
-                            "dagwright_events", "dagwright_payloads")),
+                            "dagwright_events", "dagwright_payloads", "dagwright_requests")),
             (f"DELETE FROM dagwright_runs WHERE run_id IN ({old})", params),
             # a session none of whose runs is left, idle since the cutoff
             ("DELETE FROM dagwright_sessions WHERE updated_at < ? AND NOT EXISTS (SELECT 1 "
@@ -561,48 +572,63 @@ class SqliteStore(_SQLStore):
     def __init__(self, url: str, path: Path) -> None:
         self.url = url
         self.path = path
-        self._conn: sqlite3.Connection | None = None
+        self._conn: sqlite3.Connection | None = None  # for reads
         self._identity: tuple[int, int] | None = None  # (device, inode) of the open file
-        self._lock = threading.Lock()  # one statement at a time on the shared connection
+        self._lock = threading.Lock()  # one statement at a time on the read connection
+        # writes go to one thread of their own, committed together (group commit)
+        self._writer = SqliteWriter(self._writer_connection, self._check_same_file, url)
 
     async def open(self) -> None:
         """Open the file and create or migrate its layout, one opener at a time."""
-        await asyncio.to_thread(self._open_and_lay_out)
+        await asyncio.to_thread(self._open_reader)
+        await self._writer.submit(self._lay_out)
 
-    def _open_and_lay_out(self) -> None:
-        """Open the file, then read and change its layout in one immediate transaction:
-        the threads of this process wait on the store's lock, other processes on SQLite's
-        write lock, so a new store is created once and a migration applied once."""
+    def _open_reader(self) -> None:
         with self._lock:
             self._open(create=True)
-            conn = self._conn
-            assert conn is not None
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                tables = {r[0] for r in conn.execute(
-                    "SELECT name FROM sqlite_master WHERE type = 'table'")}
-                version = (_layout_version(self.url, conn.execute(_VERSION_QUERY).fetchall())
-                           if "dagwright_meta" in tables else None)
-                for transaction in _layout_changes(self.url, tables, version):
-                    for sql, params in transaction:
-                        conn.execute(sql, params)
-                conn.execute("COMMIT")
-            except (sqlite3.Error, StoreError) as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                if isinstance(exc, StoreError):
-                    raise
-                raise StoreError(f"run store {self.url}: cannot create or migrate its tables "
-                                 f"in {self.path}: {exc}") from exc
+
+    def _lay_out(self, conn: sqlite3.Connection) -> None:
+        """Read and change the layout in one transaction of the writer (``BEGIN
+        IMMEDIATE``): other processes wait on SQLite's write lock and this process's
+        stores on the writer's queue, so a new store is created once and a migration
+        applied once (``serve --workers`` opens one file from every worker at once)."""
+        try:
+            tables = {r[0] for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            version = (_layout_version(self.url, conn.execute(_VERSION_QUERY).fetchall())
+                       if "dagwright_meta" in tables else None)
+            for transaction in _layout_changes(self.url, tables, version):
+                _statements(transaction, conn)
+        except sqlite3.Error as exc:
+            raise StoreError(f"run store {self.url}: cannot create or migrate its tables "
+                             f"in {self.path}: {exc}") from exc
 
     def _open(self, create: bool = False) -> None:
         if self._conn is not None:
             return
         if self._identity is not None or not create:
             self._check_same_file()  # a reconnect must find the file it had
-        try:
-            if create:
+        if create:
+            try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"run store {self.url}: cannot open {self.path}: {exc}. Check "
+                                 "the directory exists and is writable, or set "
+                                 "ORCH_STORE_URL.") from exc
+        conn = self._new_connection()
+        try:
+            stat = os.stat(self.path)
+        except OSError as exc:
+            conn.close()
+            raise StoreError(f"run store {self.url}: cannot open {self.path}: {exc}") from exc
+        if self._identity is None:
+            self._identity = (stat.st_dev, stat.st_ino)
+        self._conn = conn
+
+    def _new_connection(self) -> sqlite3.Connection:
+        """A connection to the file, set up as every one of ours is (WAL, the lease
+        clock's functions)."""
+        try:
             conn = sqlite3.connect(self.path, timeout=10.0, isolation_level=None,
                                    check_same_thread=False)
         except (OSError, sqlite3.Error) as exc:
@@ -613,15 +639,17 @@ class SqliteStore(_SQLStore):
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.create_function("dagwright_now", 0, _boot_clock)
             conn.create_function("dagwright_clock", 0, lambda: _BOOT_ID, deterministic=True)
-            stat = os.stat(self.path)
-        except (sqlite3.DatabaseError, OSError) as exc:
+        except sqlite3.DatabaseError as exc:
             conn.close()
             raise StoreError(f"run store {self.url}: {self.path} is not a SQLite database "
                              f"({exc}); it was left untouched. Move it away or set "
                              "ORCH_STORE_URL to another file.") from exc
-        if self._identity is None:
-            self._identity = (stat.st_dev, stat.st_ino)
-        self._conn = conn
+        return conn
+
+    def _writer_connection(self) -> sqlite3.Connection:
+        """The writer thread's connection: to the file first opened, never another."""
+        self._check_same_file()
+        return self._new_connection()
 
     def _check_same_file(self) -> None:
         """Raise :class:`StoreError` unless the path still names the file first opened."""
@@ -640,13 +668,15 @@ class SqliteStore(_SQLStore):
                 "into a store that no longer has their record.")
 
     async def close(self) -> None:
-        """Close the connection once no statement uses it. One connection serves every
-        thread of the process, and a thread's synchronous ``run()`` closes the store when
-        it ends while others may be writing: closing it under their feet crashed the
-        process (SQLite's C library does not survive it); the next statement reopens."""
-        await asyncio.to_thread(self._close)
+        """Stop the writer (what is queued is applied first), then close the read
+        connection once no statement uses it. A thread's synchronous ``run()`` closes the
+        store when it ends while other threads may be reading: closing it under their
+        feet crashed the process (SQLite's C library does not survive it); the next
+        statement reopens (the writer its own connection, reads this one)."""
+        await self._writer.close()
+        await asyncio.to_thread(self._close_reader)
 
-    def _close(self) -> None:
+    def _close_reader(self) -> None:
         with self._lock:
             conn, self._conn = self._conn, None
             if conn is not None:
@@ -662,47 +692,6 @@ class SqliteStore(_SQLStore):
             assert self._conn is not None
             yield self._conn
 
-    def _run_transaction(
-        self, statements: list[Statement]
-    ) -> tuple[list[int], list[tuple[Any, ...]]]:
-        with self._connection() as conn:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                counts, rows = [], []
-                for sql, params in statements:
-                    cursor = conn.execute(sql, params)
-                    counts.append(cursor.rowcount)
-                    rows = cursor.fetchall() if cursor.description else []
-                conn.execute("COMMIT")
-                return counts, rows
-            except sqlite3.Error as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise StoreError(f"run store {self.url}: write failed: {exc}") from exc
-
-    def _run_write_many(self, groups: list[tuple[str, list[Sequence[Any]]]],
-                        guard: Statement | None, durable: bool) -> None:
-        with self._connection() as conn:
-            try:
-                if durable:  # fsync the WAL at this commit, not only at checkpoints
-                    conn.execute("PRAGMA synchronous=FULL")
-                conn.execute("BEGIN IMMEDIATE")
-                if guard is not None and conn.execute(*guard).rowcount != 1:
-                    conn.execute("ROLLBACK")
-                    raise _lease_lost(self.url, guard)
-                for sql, rows in groups:
-                    changed = conn.executemany(sql, rows).rowcount
-                    _check_counted(self.url, sql, len(rows), changed)
-                conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise StoreError(f"run store {self.url}: write failed: {exc}") from exc
-            finally:
-                if durable:
-                    with contextlib.suppress(sqlite3.Error):
-                        conn.execute("PRAGMA synchronous=NORMAL")
-
     def _run_fetch(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         with self._connection() as conn:
             try:
@@ -713,17 +702,40 @@ class SqliteStore(_SQLStore):
     async def _transaction(
         self, statements: list[Statement], *, hold_s: float | None = None
     ) -> tuple[list[int], list[tuple[Any, ...]]]:
-        # (hold_s: a SQLite transaction runs whole in one call of a worker thread; a
+        # (hold_s: a SQLite transaction runs whole in one batch of the writer thread; a
         # process frozen inside it keeps the file locked, and other processes' writes
         # fail after SQLite's busy timeout instead of waiting for ever)
-        return await asyncio.to_thread(self._run_transaction, statements)
+        return await self._writer.submit(partial(_statements, statements))
 
     async def _write_many(self, groups: list[tuple[str, list[Sequence[Any]]]], *,
                           guard: Statement | None = None, durable: bool = False) -> None:
-        await asyncio.to_thread(self._run_write_many, groups, guard, durable)
+        await self._writer.submit(partial(_groups, self.url, groups, guard), durable=durable)
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return await asyncio.to_thread(self._run_fetch, sql, params)
+
+
+def _statements(statements: list[Statement], conn: sqlite3.Connection
+                ) -> tuple[list[int], list[tuple[Any, ...]]]:
+    """Run ``statements`` (inside the writer's transaction): the row count of each, and
+    the rows the last one returned."""
+    counts: list[int] = []
+    rows: list[tuple[Any, ...]] = []
+    for sql, params in statements:
+        cursor = conn.execute(sql, params)
+        counts.append(cursor.rowcount)
+        rows = cursor.fetchall() if cursor.description else []
+    return counts, rows
+
+
+def _groups(url: str, groups: list[tuple[str, list[Sequence[Any]]]], guard: Statement | None,
+            conn: sqlite3.Connection) -> None:
+    """A batch of writes (inside the writer's transaction), first its lease fence."""
+    if guard is not None and conn.execute(*guard).rowcount != 1:
+        raise _lease_lost(url, guard)
+    for sql, rows in groups:
+        changed = conn.executemany(sql, rows).rowcount
+        _check_counted(url, sql, len(rows), changed)
 
 
 _PG_CLOCK = "EXTRACT(EPOCH FROM clock_timestamp())::double precision"
@@ -776,6 +788,20 @@ class PostgresStore(_SQLStore):
         if conn is not None:
             with contextlib.suppress(Exception):
                 await conn.close()
+
+    def _announce(self, channel: str, key: str) -> list[Statement]:
+        # delivered to listeners when the transaction commits (and only then)
+        return [("SELECT pg_notify(?, ?)", (channel, key))]
+
+    async def connect_listener(self) -> Any:
+        """A connection of its own for ``LISTEN`` (orchestration/store/_feed.py)."""
+        import psycopg
+
+        try:
+            return await psycopg.AsyncConnection.connect(self._dsn, connect_timeout=10,
+                                                         autocommit=True)
+        except psycopg.Error as exc:
+            raise StoreError(f"run store {self.url}: cannot connect: {_first_line(exc)}") from exc
 
     @staticmethod
     def _pg(sql: str) -> str:

@@ -28,6 +28,7 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from opentelemetry import context as context_api
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
@@ -43,7 +44,7 @@ from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, Statu
 from opentelemetry.trace import TracerProvider as TracerProviderAPI
 from opentelemetry.util.types import Attributes, AttributeValue
 
-from orchestration.logging_setup import current_redactor, get_logger, log_context
+from orchestration.logging_setup import LogScope, current_redactor, get_logger, log_context
 from orchestration.redaction import Redactor
 
 TRACER_NAME = "dagwright"
@@ -306,8 +307,7 @@ class DagwrightTracer(Tracer):
             span.set_attributes(redact_attributes(attributes) or {})
         return RedactingSpan(span)
 
-    @contextmanager
-    def start_as_current_span(  # type: ignore[override]  # a plain contextmanager
+    def start_as_current_span(  # type: ignore[override]  # a plain context manager
         self,
         name: str,
         context: Context | None = None,
@@ -318,16 +318,55 @@ class DagwrightTracer(Tracer):
         record_exception: bool = True,
         set_status_on_exception: bool = True,
         end_on_exit: bool = True,
-    ) -> Iterator[Span]:
+    ) -> SpanScope:
         span = self.start_span(name, context, kind, attributes, links, start_time,
                                record_exception, set_status_on_exception)
-        run_id = _str_attr(attributes, RUN_ID)
-        step_id = _str_attr(attributes, STEP_ID)
-        with log_context(run_id=run_id, step_id=step_id), trace.use_span(
-            span, end_on_exit=end_on_exit, record_exception=record_exception,
-            set_status_on_exception=set_status_on_exception,
-        ) as current:
-            yield current
+        return SpanScope(span, log_context(run_id=_str_attr(attributes, RUN_ID),
+                                           step_id=_str_attr(attributes, STEP_ID)),
+                         end_on_exit, record_exception, set_status_on_exception)
+
+
+class SpanScope:
+    """A span current (and its ids in the logging context) for a ``with`` block: what
+    ``trace.use_span`` inside ``log_context`` does, as one object.
+
+    The run's, the plan's and each LLM call's span are current for as long as they last
+    (hundreds of milliseconds of waiting on a model), so with thousands of runs in
+    flight the generators and context managers of the general form are thousands of
+    objects more for the garbage collector to walk, again and again."""
+
+    __slots__ = ("_end", "_log", "_record", "_span", "_status", "_token")
+
+    def __init__(self, span: Span, log: LogScope, end_on_exit: bool, record_exception: bool,
+                 set_status_on_exception: bool) -> None:
+        self._span = span
+        self._log = log
+        self._end = end_on_exit
+        self._record = record_exception
+        self._status = set_status_on_exception
+        self._token: object = None
+
+    def __enter__(self) -> Span:
+        self._log.__enter__()
+        self._token = context_api.attach(trace.set_span_in_context(self._span))
+        return self._span
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: object) -> None:
+        span = self._span
+        try:
+            context_api.detach(self._token)  # type: ignore[arg-type]
+            # as trace.use_span: only errors (Exception) are recorded, not a cancellation
+            if isinstance(exc, Exception) and isinstance(span, Span) and span.is_recording():
+                if self._record:
+                    span.record_exception(exc)
+                if self._status:
+                    span.set_status(Status(status_code=StatusCode.ERROR,
+                                           description=f"{type(exc).__name__}: {exc}"))
+        finally:
+            if self._end:
+                span.end()
+            self._log.__exit__(kind, exc, tb)
 
 
 def _str_attr(attributes: Attributes, key: str) -> str | None:

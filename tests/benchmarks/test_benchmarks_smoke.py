@@ -19,6 +19,7 @@ from benchmarks import (
     lean_path,
     llm_sim,
     plan_cache,
+    planner_path,
     recovery,
     scale_out,
     scheduler,
@@ -176,12 +177,15 @@ def test_recovery_scenarios_and_tools_meet_the_brief() -> None:
 
 def test_throughput_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     report = tmp_path / "bench.md"
-    argv = ["--levels", "3", "--llm-latency", "0.01", "--tool-ms", "1,2", "--report", str(report)]
+    argv = ["--runs", "4", "--levels", "3", "--llm-latency", "0.01", "--tool-ms", "1,2",
+            "--reference", "", "--report", str(report)]
     assert throughput.main(argv) == 0
     out = capsys.readouterr().out
-    assert re.search(r"N=\s+3:\s+[\d.]+ runs/s", out)
+    assert re.search(r"library, defaults: N=\s+4:\s+[\d.]+ runs/s", out)
+    assert re.search(r"`serve --workers 2` over HTTP: N=\s+4:\s+[\d.]+ runs/s", out)
     body = section(report, "throughput")
     assert_preamble(body, "throughput")
+    assert "| `serve --workers 1` over HTTP | " in body and "--workers 2` does" in body
     assert re.search(r"\| 3 \| [\d.]+ \| [\d.,]+ \|", body)
 
 
@@ -282,3 +286,14 @@ def test_plan_cache_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert_preamble(body, "plan_cache")
     assert re.search(r"\| plan cache hit \| 0 \| [\d,.]+ \| [\d,.]+ \| \d+× faster", body)
     assert "The machine is shared with other work (load average" in body
+
+
+def test_planner_path_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "bench.md"
+    argv = ["--steps", "30", "--repeats", "1", "--reference", "", "--report", str(report)]
+    assert planner_path.main([*argv, "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"planner, whole answer\s+wall\s+[\d.]+ µs/step \([\d.]+× given\)", out)
+    body = section(report, "planner_path")
+    assert_preamble(body, "planner_path")
+    assert "| planner, large pieces | " in body and "goal" in body

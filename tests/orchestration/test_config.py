@@ -7,9 +7,11 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from orchestration import Catalog, ConfigError, Orchestrator, OrchestratorConfig
 from orchestration.cli import main
+from orchestration.llm.base import LLMRequest
 from tests import ROOT
 
 
@@ -163,3 +165,30 @@ def test_missing_llm_settings_are_named(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.delenv("ORCH_CATALOG", raising=False)
     with pytest.raises(ConfigError, match="ORCH_CATALOG"):
         Orchestrator.from_env()
+
+
+# --- ORCH_LLM_SCRIPT naming a function ------------------------------------------------------
+def scripted_by_purpose(request: LLMRequest) -> str | dict[str, object]:
+    """A scripted model that answers by purpose (what a service's test double does)."""
+    if request.purpose == "plan":
+        return {"steps": [{"id": "a", "tool": "math", "capability": "add",
+                           "params": {"a": 1, "b": 2}}]}
+    return f"answered {request.purpose}"
+
+
+def test_a_scripted_model_may_be_a_function_named_module_colon_name() -> None:
+    config = OrchestratorConfig(
+        llm_provider="scripted",
+        llm_script="tests.orchestration.test_config:scripted_by_purpose")
+    catalog = Catalog()
+    catalog.add_function(lambda a, b: {"sum": a + b}, tool="math", capability="add",
+                         input_schema={"type": "object", "properties": {
+                             "a": {"type": "integer"}, "b": {"type": "integer"}}})
+    result = Orchestrator(catalog, config=config.model_copy(update={"store_url": "memory://"}),
+                          registry=CollectorRegistry()).run("add one and two")
+    assert result.status == "succeeded", result.error
+    assert result.steps["a"].output == {"sum": 3} and result.answer == "answered synthesis"
+
+    with pytest.raises(ConfigError, match=r"ORCH_LLM_SCRIPT=tests\.nowhere:answer: cannot be imported"):
+        Orchestrator(catalog, config=OrchestratorConfig(llm_provider="scripted",
+                                                        llm_script="tests.nowhere:answer"))

@@ -337,6 +337,8 @@ def test_an_older_store_layout_is_migrated_and_a_newer_one_refused(
     with sqlite3.connect(old) as conn:
         assert conn.execute("SELECT value FROM dagwright_meta").fetchone() == (
             str(SCHEMA_VERSION),)
+        # v7's requests to runs other processes execute: there, empty
+        assert conn.execute("SELECT count(*) FROM dagwright_requests").fetchone() == (0,)
         # v6's plan cache: the table is there, empty (ORCH_PLAN_CACHE is off)
         assert conn.execute("SELECT count(*) FROM dagwright_plan_cache").fetchone() == (0,)
         # v5's runs in context: the columns and the sessions table are there

@@ -21,7 +21,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from executors._early import may_start_early
-from orchestration import Catalog, Orchestrator, OrchestratorConfig, RunEvent, ToolFailed
+from orchestration import Catalog, Orchestrator, OrchestratorConfig, RunEvent, ScriptedLLM, ToolFailed
 from orchestration.capability import Capability
 from orchestration.llm.anthropic import AnthropicClient
 from orchestration.llm.base import LLMClient, LLMRequest, LLMResponse
@@ -505,3 +505,41 @@ def test_the_cli_progress_says_a_plan_was_discarded_and_drops_its_steps() -> Non
         progress(RunEvent(run_id="r", seq=seq, type=kind, at=0.0, data=data))
     assert progress.rows == {}
     assert "plan discarded: plan attempt 1 was rejected" in out.getvalue()
+
+
+# --- a plan that arrives whole, or changes after it streamed ------------------------------
+
+
+async def test_a_plan_that_arrives_in_one_burst_is_validated_whole_before_any_step(
+    world: World,
+) -> None:
+    # every piece is there before the planner looks (a model that answers at once): the
+    # answer is handed over as one piece marked last, and nothing is read step by step
+    plan = {"steps": [step("where", "geo.locate", city="Oslo"),
+                      step("wx", "weather.now", lat="{{where.lat}}", lon="{{where.lon}}"),
+                      *padding(4)]}
+    llm = ScriptedLLM([plan], chunk_chars=CHUNK)
+    result = await orchestrator(world, llm).arun("weather in Oslo?", on_event=world.record)
+
+    assert result.status == "succeeded", result.error
+    types = world.types()
+    assert types[0] == "plan_ready" and types.count("step_started") == 6
+    assert result.warnings == []
+
+
+async def test_a_step_that_changed_after_it_streamed_is_checked_again(world: World) -> None:
+    # two "steps" keys: the stream reads the first array, the final parse keeps the
+    # last, whose step of the same id refers to a step that does not exist. The checks
+    # the streamed step passed must not stand for the changed one.
+    first = json.dumps([step("a", "wait.sleep", seconds=0.01, tag="streamed")])
+    changed = json.dumps([step("a", "math.add", a="{{ghost.value}}", b=1)])
+    answer = '{"steps": ' + first + ', "steps": ' + changed + "}"
+    llm = ScriptedLLM([answer, {"steps": [step("ok", "math.add", a=1, b=2)]}],
+                      chunk_chars=CHUNK, chunk_delay_s=0.002)
+    result = await orchestrator(world, llm).arun("x", on_event=world.record)
+
+    assert result.status == "succeeded", result.error
+    feedback = llm.requests[1].messages[-1]["content"]
+    assert "ghost" in feedback and "unknown step" in feedback
+    assert "plan_discarded" in world.types()
+    assert set(result.steps) == {"ok"}

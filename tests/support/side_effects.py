@@ -45,6 +45,7 @@ class SideEffectTools:
     def __init__(self) -> None:
         self.executed: Counter[str] = Counter()
         self.requests: list[tuple[str, str | None, dict[str, Any]]] = []
+        self.authorizations: list[tuple[str, str | None]] = []  # (path, Authorization sent)
         self.hold = threading.Event()  # set: /pay and /pay_keyed keep their answer back
         self.release = threading.Event()
         self.arrived = threading.Event()  # a held request has executed and is waiting
@@ -88,7 +89,9 @@ class SideEffectTools:
             held[1].wait(60)
 
     def handle(self, method: str, path: str, body: dict[str, Any],
-               key: str | None) -> tuple[int, dict[str, Any]]:
+               key: str | None, authorization: str | None = None) -> tuple[int, dict[str, Any]]:
+        with self._lock:
+            self.authorizations.append((path, authorization))
         answer = self._execute(method, path, body, key)
         self._wait_if_first(path)
         return answer
@@ -122,7 +125,8 @@ class SideEffectTools:
 def side_effect_tools() -> Iterator[SideEffectTools]:
     tools = SideEffectTools()
     with serve_json(lambda method, path, body, headers: tools.handle(
-            method, path, body, headers.get("idempotency-key"))) as url:
+            method, path, body, headers.get("idempotency-key"),
+            headers.get("authorization"))) as url:
         tools.url = url
         try:
             yield tools

@@ -1,0 +1,134 @@
+"""The worker processes of ``dagwright serve --workers N``.
+
+uvicorn's supervisor starts the workers and replaces one that dies. Each worker has a
+listening socket of its own, all bound to the same address with ``SO_REUSEPORT``, so the
+kernel spreads connections evenly over them: on one shared socket the worker that wakes
+first takes every connection waiting (asyncio accepts up to the backlog at once), and a
+burst of clients lands mostly on one process. Each worker builds its own orchestrator
+and app from the same ``ORCH_*`` settings (:func:`worker_app`, the factory uvicorn
+imports in the worker); they share nothing but the run store, through which any worker
+answers for any run (``docs/serve.md``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+
+from starlette.applications import Starlette
+from uvicorn.config import STARTUP_FAILURE, Config
+from uvicorn.supervisors.multiprocess import Multiprocess, Process
+
+from orchestration.config import OrchestratorConfig
+from orchestration.logging_setup import configure_logging
+from orchestration.orchestrator import Orchestrator
+from orchestration.server._app import create_app
+from orchestration.server._gc import tune_collector
+from orchestration.server._security import LOOPBACK_HOSTS, is_loopback
+from orchestration.server._tenants import read_tenants
+
+__all__ = ["WorkerSupervisor", "reuse_port_sockets", "serve_app", "worker_app"]
+
+
+def serve_app(config: OrchestratorConfig, orchestrator: Orchestrator) -> Starlette:
+    """The app ``dagwright serve`` serves (one process, or each worker): every worker
+    reads the same ``ORCH_SERVE_TOKEN``/``ORCH_SERVE_TOKENS``, so a tenant's token (and a
+    viewer's sign-in cookie, whose key is derived from them) works on any of them."""
+    token = config.serve_token.get_secret_value() if config.serve_token is not None else None
+    token = token or None
+    tokens = config.serve_tokens.get_secret_value() if config.serve_tokens is not None else ""
+    tenants = read_tenants(tokens) if tokens.strip() else None
+    guarded = token is not None or tenants is not None
+    return create_app(orchestrator, token=token, close_orchestrator=True, tenants=tenants,
+                      allowed_hosts=LOOPBACK_HOSTS
+                      if not guarded and is_loopback(config.serve_host) else None)
+
+
+def worker_app() -> Starlette:
+    """A worker's app, from the settings the parent left in the environment."""
+    config = OrchestratorConfig()
+    configure_logging(config)
+    app = serve_app(config, Orchestrator.from_env(config=config))
+    _stop_with_parent()
+    tune_collector(config.serve_gc)
+    return app
+
+
+PARENT_CHECK_S = 1.0
+
+
+def _stop_with_parent() -> None:
+    """Stop this worker (as SIGTERM does: its runs stay resumable) once the process that
+    started it is gone — a supervisor killed with SIGKILL cannot stop its workers, and a
+    worker left behind would go on serving a socket nobody manages."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_S)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="dagwright-parent-watch", daemon=True).start()
+
+
+def reuse_port_sockets(bound: socket.socket, count: int, backlog: int) -> list[socket.socket]:
+    """``count`` listening sockets on the address of ``bound`` (itself one of them), each
+    with ``SO_REUSEPORT``: one per worker, the kernel choosing one for each connection."""
+    family, address = bound.family, bound.getsockname()
+    sockets = [bound]
+    for _ in range(count - 1):
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(address)
+        sock.listen(backlog)
+        sock.set_inheritable(True)
+        sockets.append(sock)
+    return sockets
+
+
+class WorkerSupervisor(Multiprocess):
+    """uvicorn's supervisor, each worker on a socket of its own (``sockets[i]`` for the
+    ``i``-th worker, and for the worker that replaces it)."""
+
+    def __init__(self, config: Config, sockets: list[socket.socket]) -> None:
+        super().__init__(config, sockets)
+        self.processes_num = len(sockets)
+
+    def _process(self, index: int) -> Process:
+        return Process(self.config, [self.sockets[index]])
+
+    def init_processes(self) -> None:
+        self.processes.extend(self._started(index) for index in range(self.processes_num))
+
+    def restart_all(self) -> None:
+        """SIGHUP: each worker replaced by a new one on its socket."""
+        for index, old in enumerate(list(self.processes)):
+            if self.should_exit.is_set():
+                return
+            old.terminate()
+            old.join()
+            self.processes[index] = self._started(index)
+
+    def keep_subprocess_alive(self) -> None:
+        """A worker that died (or hangs) is replaced on its socket; one that could not
+        start stops the whole server, as uvicorn's supervisor does."""
+        for index, old in enumerate(list(self.processes)):
+            if self.should_exit.is_set():
+                return
+            if old.is_alive(timeout=self.config.timeout_worker_healthcheck):
+                continue
+            old.kill()
+            old.join()
+            if old.exitcode == STARTUP_FAILURE:
+                self.should_exit.set()
+                return
+            self.processes[index] = self._started(index)
+
+    def _started(self, index: int) -> Process:
+        process = self._process(index)
+        process.start()
+        return process
