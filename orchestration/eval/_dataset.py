@@ -26,7 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from orchestration._data_files import DataFileError, read_data_file, read_text_file
 from orchestration._schema import check_schema_errors
 from orchestration._text import closest
-from orchestration.errors import ConfigError
+from orchestration.context import check_context
+from orchestration.errors import ConfigError, InvalidInput
 from orchestration.result import RunStatus
 
 __all__ = ["AnswerCheck", "CallExpectation", "Case", "Dataset", "DatasetError", "Expect",
@@ -241,6 +242,16 @@ class Case(BaseModel):
     plan: dict[str, Any] | None = None
     context: dict[str, Any] | None = None
     description: str | None = None
+
+    @field_validator("context")
+    @classmethod
+    def _context_the_engine_takes(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Checked with the dataset, as the engine will check it: a context it would refuse
+        is a mistake in the file, found before any case runs (or any model is paid)."""
+        try:
+            return check_context(value)
+        except InvalidInput as exc:
+            raise ValueError(str(exc)) from None
 
 
 class Dataset(BaseModel):

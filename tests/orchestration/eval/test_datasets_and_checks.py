@@ -172,14 +172,16 @@ def test_paths_read_like_jsonpath() -> None:
         parse_path("daily[x]")
 
 
-def test_a_context_the_engine_refuses_makes_its_case_an_error_naming_it() -> None:
-    """docs/eval.md once said no context could be taken; a new user's context case ran.
-    What the page now says: a valid one goes with the run, a refused one is an error."""
-    results = _run([
-        {"id": "nested", "query": "q", "context": {"user": {"name": "ada"}}},
-        {"id": "flat", "query": "q", "context": {"user": "ada"}},
-    ])
-    nested = results["nested"]
-    assert nested.outcome == "error" and nested.status is None  # nothing of it ran
-    assert nested.error is not None and "context.user" in nested.error
+def test_a_context_the_engine_would_refuse_is_refused_with_the_dataset(tmp_path: Path) -> None:
+    """A context the engine cannot take (a nested value) is a mistake in the file: the
+    dataset is refused when read, naming the line, the case and the key — before any
+    case runs or any model is paid; a flat one goes with its run."""
+    path = tmp_path / "cases.jsonl"
+    path.write_text('{"id": "flat", "query": "q", "context": {"user": "ada"}}\n'
+                    '{"id": "nested", "query": "q", "context": {"user": {"name": "ada"}}}\n')
+    with pytest.raises(DatasetError) as caught:
+        Dataset.from_file(path)
+    message = str(caught.value)
+    assert "cases.jsonl:2 (case 'nested'): context" in message and "user" in message
+    results = _run([{"id": "flat", "query": "q", "context": {"user": "ada"}}])
     assert results["flat"].outcome == "passed"

@@ -31,14 +31,17 @@ pytestmark = [pytest.mark.temporal, pytest.mark.slow]
 
 
 async def dagwright(env: dict[str, str], cwd: Path, *args: str) -> tuple[int, str]:
-    """``dagwright ARGS`` in a shell whose ORCH_* are ``env`` only; exit code, output."""
+    """``dagwright ARGS`` in a shell whose ORCH_* are ``env`` only; exit code and stdout
+    (the result), with stderr (live progress, which ``resume`` draws) appended only when
+    the command failed, so a ``--json`` result parses as a script would read it."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "orchestration", *args, cwd=cwd,
         env={**clean, "PYTHONPATH": str(ROOT), **env},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    out, _ = await asyncio.wait_for(process.communicate(), 90)
-    return process.returncode or 0, out.decode()
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = await asyncio.wait_for(process.communicate(), 90)
+    code = process.returncode or 0
+    return code, out.decode() + (f"\n[stderr]\n{err.decode()}" if code else "")
 
 
 async def test_runs_show_and_resume_work_for_a_temporal_run_from_a_bare_shell(
