@@ -97,9 +97,9 @@ def listening_sockets(pids: list[int]) -> set[tuple[str, int]]:
     return found
 
 
-def child_pids(pid: int) -> list[int]:
-    """``pid`` and all its descendants (from /proc), e.g. a postmaster and its workers."""
-    children: dict[int, list[int]] = {}
+def processes() -> dict[int, tuple[int, str]]:
+    """Every live process by pid: its parent's pid and its state letter (from /proc)."""
+    found: dict[int, tuple[int, str]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -107,8 +107,16 @@ def child_pids(pid: int) -> list[int]:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(parent, []).append(int(entry.name))
+        fields = stat.rsplit(")", 1)[1].split()
+        found[int(entry.name)] = (int(fields[1]), fields[0])
+    return found
+
+
+def child_pids(pid: int) -> list[int]:
+    """``pid`` and all its descendants (from /proc), e.g. a postmaster and its workers."""
+    children: dict[int, list[int]] = {}
+    for child, (parent, _) in processes().items():
+        children.setdefault(parent, []).append(child)
     result, todo = [], [pid]
     while todo:
         current = todo.pop()

@@ -27,6 +27,7 @@ import pytest
 from tests.orchestration.server.live import wait_for
 from tests.orchestration.server.test_api import sse_events
 from tests.orchestration.server.test_serve_process import STOPPED, dagwright_serve, server_env
+from tests.support.net import processes
 from tests.support.postgres import PostgresServer
 from tests.support.side_effects import SideEffectTools
 
@@ -200,21 +201,10 @@ def test_serve_with_two_workers_runs_on_both_and_stops_them_all(
 
 
 def children(pid: int) -> list[int]:
-    """The live worker processes ``pid`` started (from /proc; multiprocessing's resource
-    tracker, also a child, is not one)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == pid and fields[0] != "Z" and b"spawn_main" in (
-                entry / "cmdline").read_bytes():
-            found.append(int(entry.name))
-    return found
+    """The live worker processes ``pid`` started (multiprocessing's resource tracker, also
+    a child, is not one)."""
+    return [child for child, (parent, state) in processes().items()
+            if parent == pid and state != "Z" and is_worker(child)]
 
 
 def test_a_decision_taken_by_a_full_server_is_carried_out_where_a_slot_is_free(
