@@ -6,6 +6,7 @@ credentials again (resumed after an approval) says so when they are missing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import uuid
@@ -277,3 +278,31 @@ def test_an_mcp_server_over_http_gets_the_run_s_header_on_a_session_of_its_own()
                     stdio.close()
         finally:
             catalog.close()
+
+
+async def test_parking_a_stopped_run_logs_no_store_error(
+        api: ProfileAPI, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A run that stopped with its process and needs its per-run credentials is parked
+    (what ``dagwright serve`` does for a dead server's run): marked, not taken over, and
+    nothing else — no ERROR "this process no longer holds the run" after it (the marking's
+    own write used to be flushed again once its lease was let go)."""
+    store = f"sqlite:///{tmp_path}/runs.db"
+    first = orchestrator(catalog_of(api), store)
+    try:
+        handle = await first.astart("my orders", plan=PLAN, run_id="parked-1",
+                                    credentials={"profiles": {"Authorization": f"Bearer {ALICE}"}})
+        await handle.interrupt()  # its process stopped: it stays running, resumable
+    finally:
+        await first.aclose()
+    later = orchestrator(catalog_of(api), store)
+    caplog.set_level(logging.INFO, logger="dagwright")
+    try:
+        assert await later.apark_for_credentials("parked-1") == ["profiles"]
+        await asyncio.sleep(0.3)  # (past the recorder's flush delay)
+        run = await later.aget_run("parked-1")
+    finally:
+        await later.aclose()
+    assert run is not None and run.status == "running"
+    assert [w for w in run.warnings if w.startswith("waiting for per-run credentials")]
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == []
