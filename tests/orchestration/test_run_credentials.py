@@ -303,6 +303,11 @@ async def test_parking_a_stopped_run_logs_no_store_error(
     finally:
         await later.aclose()
     assert run is not None and run.status == "running"
-    assert [w for w in run.warnings if w.startswith("waiting for per-run credentials")]
+    parked = [w for w in run.warnings if w.startswith("waiting for per-run credentials")]
+    assert len(parked) == 1 and "'profiles'" in parked[0], run.warnings
+    # shown whole wherever answers are redacted (the API, the viewer, `runs show`): its
+    # wording used to read as a secret's key and value, and a word of it was masked
+    assert later.redactor.redact_value(parked) == parked
+    assert "dagwright resume parked-1 --credentials-file" in parked[0]
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == []
