@@ -311,3 +311,24 @@ async def test_parking_a_stopped_run_logs_no_store_error(
     assert "dagwright resume parked-1 --credentials-file" in parked[0]
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == []
+
+
+def test_credentials_required_over_http_names_the_tools(api: ProfileAPI, tmp_path: Path) -> None:
+    """docs/serve.md: a run started with per-run credentials continued without them is a
+    409 whose details.credentials_for names the tools — names, so not masked as secrets."""
+    catalog = catalog_of(api, overrides={"refund": {"requires_approval": True}})
+    plan = {"steps": [{"id": "refund", "tool": "profiles", "capability": "refund",
+                       "params": {"body": {"order_id": "o-1", "amount": 120}}}]}
+    given = {"profiles": {"Authorization": f"Bearer {ALICE}"}}
+    orch = orchestrator(catalog, f"sqlite:///{tmp_path}/runs.db")
+    with live_server(orch) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        paused = http.post("/v1/runs", json={"query": "refund my tent", "plan": plan,
+                                             "wait": True, "credentials": given}).json()
+        assert paused["status"] == "awaiting_approval", paused
+        refused = http.post(f"/v1/runs/{paused['run_id']}/approvals/refund",
+                            json={"approved": True})
+        assert refused.status_code == 409, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "credentials_required"
+        assert error["details"]["credentials_for"] == ["profiles"]
+    assert api.refunds == []
