@@ -456,8 +456,10 @@ async def get_session(request: Request) -> Response:
     except StoreError as exc:
         raise _store_error(exc) from exc
     if session is None:
+        # "session", as a run names it: under "session_id" the redaction of every answer
+        # took the id for a web session's secret and masked it
         raise ApiError(404, "session_not_found", f"no session {session_id!r}",
-                       details={"session_id": session_id})
+                       details={"session": session_id})
     return JSONResponse(session.model_dump(mode="json"))
 
 
