@@ -105,6 +105,10 @@ class RunManager:
         self._watchers: dict[str, set[asyncio.Event]] = {}
         self._slot_freed = asyncio.Event()
         self._recovery: asyncio.Task[None] | None = None
+        self.may_take_over: Callable[[], bool] = lambda: True
+        """Whether this server may take runs over now: a worker of ``serve --workers``
+        whose supervisor is gone is about to stop, and so are its siblings, whose runs it
+        must not take over only to stop them again (``_workers.py``)."""
 
     @property
     def active(self) -> int:
@@ -267,12 +271,14 @@ class RunManager:
         waits for a slot — as far as this server's slots (and each run's tenant's) allow.
         Oldest first."""
         store = self.orchestrator.store
+        if not self.may_take_over():
+            return
         if first:  # the store is opened by the first read
             await self.orchestrator.alist_runs(limit=1)
         unheld = await store.list_unheld(host=HOST, limit=_MAX_UNHELD)
         self._parked &= {held.run_id for held in unheld}  # resumed or ended meanwhile
         for held in unheld:
-            if self._used >= self.max_runs or self.closing:
+            if self._used >= self.max_runs or self.closing or not self.may_take_over():
                 return
             if held.run_id in self._parked or self.orchestrator.active_run(held.run_id):
                 continue
@@ -288,7 +294,7 @@ class RunManager:
         for request in await store.list_requests(kind="decision"):
             decisions.setdefault(request.run_id, []).append(request)
         for run_id, requests in decisions.items():
-            if self._used >= self.max_runs or self.closing:
+            if self._used >= self.max_runs or self.closing or not self.may_take_over():
                 return
             if self.orchestrator.active_run(run_id) is None:
                 await self._resume_decided(run_id, requests)

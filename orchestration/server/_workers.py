@@ -52,7 +52,11 @@ def worker_app() -> Starlette:
     config = OrchestratorConfig()
     configure_logging(config)
     app = serve_app(config, Orchestrator.from_env(config=config))
-    _stop_with_parent()
+    parent = _stop_with_parent()
+    # once the supervisor is gone every worker stops within PARENT_CHECK_S, each when it
+    # notices: one that noticed later must not take over the runs another has just let go
+    # of, only to stop them again (a call in flight cut twice, a payment left unknown)
+    app.state.runs.may_take_over = lambda: os.getppid() == parent
     tune_collector(config.serve_gc)
     return app
 
@@ -60,10 +64,11 @@ def worker_app() -> Starlette:
 PARENT_CHECK_S = 1.0
 
 
-def _stop_with_parent() -> None:
+def _stop_with_parent() -> int:
     """Stop this worker (as SIGTERM does: its runs stay resumable) once the process that
     started it is gone — a supervisor killed with SIGKILL cannot stop its workers, and a
-    worker left behind would go on serving a socket nobody manages."""
+    worker left behind would go on serving a socket nobody manages. Returns the
+    supervisor's pid."""
     parent = os.getppid()
 
     def watch() -> None:
@@ -72,6 +77,7 @@ def _stop_with_parent() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="dagwright-parent-watch", daemon=True).start()
+    return parent
 
 
 def reuse_port_sockets(bound: socket.socket, count: int, backlog: int) -> list[socket.socket]:

@@ -324,6 +324,43 @@ def test_workers_stop_when_their_supervisor_is_killed(tools: SideEffectTools, tm
         wait_for(lambda: not any(is_worker(pid) for pid in workers), timeout=20)
 
 
+def test_workers_whose_supervisor_is_killed_take_over_none_of_each_other_s_runs(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    """Each worker stops when it notices its supervisor is gone (within a second, each
+    at its own moment): one that stops later must not take over the runs one that
+    stopped earlier let go of — it would cut their calls again a moment later. The runs
+    stay as they were, resumable, and nothing is sent twice."""
+    env = {**env_for(tools, tmp_path, f"sqlite:///{tmp_path}/runs.db"), "ORCH_SERVE_WORKERS": "2"}
+    tools.hold.set()
+    with dagwright_serve(env, tmp_path / "serve.log") as (parent, url):
+        workers = wait_for(lambda: len(children(parent.pid)) == 2 and children(parent.pid),
+                           timeout=30)
+        for number in range(6):  # connections spread over both workers
+            posted = httpx.post(f"{url}/v1/runs", json={"query": "pay", "plan": PLAN,
+                                                         "run_id": f"o-{number}"}, timeout=30)
+            assert posted.status_code == 202
+        wait_for(lambda: tools.executed["/pay_keyed"] == 6, timeout=20)
+        with sqlite3.connect(tmp_path / "runs.db") as db:
+            holders = {int(owner.split(":")[1]) for (owner,) in db.execute(
+                "SELECT lease_owner FROM dagwright_runs WHERE run_id LIKE 'o-%'")}
+        if len(holders) < 2:
+            pytest.skip("the kernel gave every connection to one worker")
+        first, later = sorted(holders)
+        parent.send_signal(signal.SIGKILL)
+        # the later worker notices after the first one stopped and let its runs go
+        os.kill(later, signal.SIGSTOP)
+        try:
+            parent.wait(10)
+            wait_for(lambda: not is_worker(first), timeout=20)
+        finally:
+            os.kill(later, signal.SIGCONT)
+        wait_for(lambda: not any(is_worker(pid) for pid in workers), timeout=20)
+    log = (tmp_path / "serve.log").read_text()
+    assert "resumed run o-" not in log, log
+    assert [path for path, _, _ in tools.requests].count("/pay_keyed") == 6
+
+
 def is_worker(pid: int) -> bool:
     """Whether ``pid`` is a live worker process of dagwright serve."""
     try:
