@@ -41,8 +41,10 @@ def next_step_for(exc: DagwrightError) -> str:
         return ("`dagwright approvals list RUN_ID` shows what waits and its exact parameters "
                 "(docs/troubleshooting.md#approvals)")
     if isinstance(exc, CredentialsRequired):
-        return ("`dagwright resume RUN_ID --credentials-file FILE` with a JSON file {\"tool\": "
-                "{\"Header\": \"value\"}} for the tools it names (docs/context.md)")
+        return ("give them again, as a JSON file {\"tool\": {\"Header\": \"value\"}} for the "
+                "tools it names: `dagwright resume RUN_ID --credentials-file FILE`, or for a "
+                "run waiting for a person `dagwright approve RUN_ID STEP_ID --credentials-file "
+                "FILE` (or reject) (docs/context.md)")
     if isinstance(exc, RunLeased):
         return ("wait for that process to end (or its lease, ORCH_STORE_LEASE_S, to expire), "
                 "then `dagwright resume RUN_ID` (docs/troubleshooting.md#the-run-store)")

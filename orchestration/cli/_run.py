@@ -123,7 +123,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         render_result(result, out)
         if result.trace_id:
             out.write(f"  trace: {result.trace_id}\n")
-        write_next_steps(result, out)
+        write_next_steps(result, out, args.credentials_file)
     return exit_code_of(result)
 
 

@@ -129,7 +129,7 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     else:
         out.write(f"run {result.run_id}: {result.query}\n")
         render_result(result, out)
-        write_next_steps(result, out)
+        write_next_steps(result, out, args.credentials_file)
     return exit_code_of(result)
 
 
