@@ -12,11 +12,16 @@ answers for any run (``docs/serve.md``).
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
 import threading
 import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from types import FrameType
+from typing import Any
 
 from starlette.applications import Starlette
 from uvicorn.config import STARTUP_FAILURE, Config
@@ -42,9 +47,41 @@ def serve_app(config: OrchestratorConfig, orchestrator: Orchestrator) -> Starlet
     tokens = config.serve_tokens.get_secret_value() if config.serve_tokens is not None else ""
     tenants = read_tenants(tokens) if tokens.strip() else None
     guarded = token is not None or tenants is not None
-    return create_app(orchestrator, token=token, close_orchestrator=True, tenants=tenants,
-                      allowed_hosts=LOOPBACK_HOSTS
-                      if not guarded and is_loopback(config.serve_host) else None)
+    app = create_app(orchestrator, token=token, close_orchestrator=True, tenants=tenants,
+                     allowed_hosts=LOOPBACK_HOSTS
+                     if not guarded and is_loopback(config.serve_host) else None)
+    _take_nothing_over_once_stopping(app)
+    return app
+
+
+def _take_nothing_over_once_stopping(app: Starlette) -> None:
+    """From the moment this process is asked to stop (SIGTERM, Ctrl-C), it takes no run
+    over: while it drains its open requests (up to GRACEFUL_SHUTDOWN_S), a replica or a
+    sibling worker stopping at the same time lets its runs go, and taking them over here
+    would only stop them again a moment later (their calls in flight cut twice).
+
+    uvicorn handles those signals with handlers it installs around serving, so this
+    chains onto them when the app starts (the lifespan runs inside them, on the main
+    thread)."""
+    runs = app.state.runs
+    starting = app.router.lifespan_context
+
+    def stop_taking_over(signum: int, frame: FrameType | None,
+                         previous: Callable[[int, FrameType | None], Any]) -> None:
+        runs.may_take_over = lambda: False
+        previous(signum, frame)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[Any]:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous = signal.getsignal(sig)
+                if callable(previous):
+                    signal.signal(sig, functools.partial(stop_taking_over, previous=previous))
+        async with starting(app) as state:
+            yield state
+
+    app.router.lifespan_context = lifespan
 
 
 def worker_app() -> Starlette:

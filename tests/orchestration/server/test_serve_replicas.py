@@ -361,6 +361,36 @@ def test_workers_whose_supervisor_is_killed_take_over_none_of_each_other_s_runs(
     assert [path for path, _, _ in tools.requests].count("/pay_keyed") == 6
 
 
+def test_a_server_that_is_stopping_takes_over_none_of_the_runs_another_stop_lets_go(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    """Two replicas stopped together (a deploy): the one that drains an open request for
+    a while must not take over the runs the other let go of meanwhile — it would stop
+    them again when its drain ends. They stay as they were, for the next start."""
+    env = env_for(tools, tmp_path, f"sqlite:///{tmp_path}/runs.db")
+    tools.hold.set()
+    with ExitStack() as stack:
+        (draining, first), (quick, second) = two_servers(stack, env, tmp_path / "serve.log")
+        waiting = threading.Thread(target=lambda: httpx.post(
+            f"{first}/v1/runs", json={"query": "pay", "plan": PLAN, "run_id": "on-first",
+                                      "wait": True}, timeout=60), daemon=True)
+        waiting.start()  # a request the first server drains when it is told to stop
+        posted = httpx.post(f"{second}/v1/runs", json={"query": "pay", "plan": PLAN,
+                                                        "run_id": "on-second"}, timeout=30)
+        assert posted.status_code == 202
+        wait_for(lambda: tools.executed["/pay_keyed"] == 2, timeout=20)
+        draining.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        quick.send_signal(signal.SIGTERM)
+        quick.wait(20)
+        time.sleep(2.5)  # past two takeover rounds of the first while it drains
+        assert draining.poll() is None, "the first server did not drain its open request"
+        draining.wait(30)
+    log = (tmp_path / "serve.log").read_text()
+    assert "resumed run on-second" not in log, log
+    assert [path for path, _, _ in tools.requests].count("/pay_keyed") == 2
+
+
 def is_worker(pid: int) -> bool:
     """Whether ``pid`` is a live worker process of dagwright serve."""
     try:
