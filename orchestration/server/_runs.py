@@ -289,7 +289,9 @@ class RunManager:
                 continue
             if await self._resume(held.run_id, None, self._tenant_of(current)):
                 self.recovered.append(held.run_id)
-                log.info("resumed run %s, interrupted by a stop of its process", held.run_id)
+                log.info("resumed run %s: %s", held.run_id,
+                         "its process stopped, or went quiet past its lease" if held.free
+                         else f"its process ({held.owner}) died")
         decisions: dict[str, list[RunRequest]] = {}
         for request in await store.list_requests(kind="decision"):
             decisions.setdefault(request.run_id, []).append(request)

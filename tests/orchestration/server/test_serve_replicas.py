@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -173,7 +174,10 @@ def test_the_runs_of_a_killed_server_are_finished_by_the_other_and_sent_once(
                      timeout=30)
         second_proc.send_signal(signal.SIGTERM)
         assert second_proc.wait(20) in STOPPED
-    assert "resumed run orphan-" in (tmp_path / "second.log").read_text()
+    second_log = (tmp_path / "second.log").read_text()
+    assert "resumed run orphan-" in second_log
+    # said as it happened: killed, not stopped
+    assert re.search(r"resumed run orphan-\d: its process \([^)]+\) died", second_log), second_log
     keys = [key for path, key, _ in tools.requests if path == "/pay_keyed"]
     assert len(keys) == 6 and len(set(keys)) == 3  # each re-sent once, with its own key...
     assert tools.executed == {"/quote": 3, "/pay_keyed": 3, "/receipt": 3}  # ...executed once
