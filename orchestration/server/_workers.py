@@ -13,6 +13,7 @@ answers for any run (``docs/serve.md``).
 from __future__ import annotations
 
 import functools
+import multiprocessing
 import os
 import signal
 import socket
@@ -106,7 +107,12 @@ def _stop_with_parent() -> int:
     started it is gone — a supervisor killed with SIGKILL cannot stop its workers, and a
     worker left behind would go on serving a socket nobody manages. Returns the
     supervisor's pid."""
-    parent = os.getppid()
+    # the supervisor's pid as multiprocessing handed it over, not os.getppid(): a
+    # supervisor killed while this worker was still starting has already left it to
+    # init (or a subreaper), whose pid getppid() would now answer, and the watch below
+    # would never see the supervisor go
+    spawned_by = multiprocessing.parent_process()
+    parent = spawned_by.pid if spawned_by is not None and spawned_by.pid else os.getppid()
 
     def watch() -> None:
         while os.getppid() == parent:

@@ -16,6 +16,7 @@ import re
 import signal
 import sqlite3
 import subprocess
+import sys
 import threading
 import time
 from contextlib import ExitStack
@@ -326,6 +327,36 @@ def test_workers_stop_when_their_supervisor_is_killed(tools: SideEffectTools, tm
         parent.send_signal(signal.SIGKILL)  # the supervisor cannot stop them itself
         parent.wait(10)
         wait_for(lambda: not any(is_worker(pid) for pid in workers), timeout=20)
+
+
+def test_workers_stop_when_their_supervisor_is_killed_while_they_start(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    """A worker that was still starting when its supervisor was killed (it found itself
+    already handed to init) once watched the wrong parent and served on for ever."""
+    env = {**env_for(tools, tmp_path, f"sqlite:///{tmp_path}/runs.db"), "ORCH_SERVE_WORKERS": "2"}
+    with (tmp_path / "serve.log").open("a") as log:
+        parent = subprocess.Popen([sys.executable, "-m", "orchestration.cli", "serve", "--port",
+                                   "0"], env=env, stdout=subprocess.DEVNULL, stderr=log)
+    workers: list[int] = []
+    try:
+        workers = wait_for(lambda: len(children(parent.pid)) == 2 and children(parent.pid),
+                           timeout=30, every=0.005)
+        for pid in workers:  # (still importing: far from the app and its watch)
+            os.kill(pid, signal.SIGSTOP)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+    finally:
+        for pid in workers:
+            os.kill(pid, signal.SIGCONT)
+        if parent.poll() is None:
+            parent.kill()
+    try:
+        wait_for(lambda: not any(is_worker(pid) for pid in workers), timeout=30)
+    finally:
+        for pid in workers:
+            if is_worker(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_workers_whose_supervisor_is_killed_take_over_none_of_each_other_s_runs(
