@@ -147,9 +147,11 @@ def render_result(result: RunResult, out: TextIO) -> None:
     cost = f" | cost {u.cost:.4g}" if u.cost is not None else ""
     source = (f" | plan: {result.plan_source}"
               if result.plan_source not in (None, "llm") else "")
+    # a run still running (here or elsewhere), or whose process stopped, has no time yet:
+    # its usage says 0, which is no duration
+    took = "not finished" if result.status == "running" else f"{u.wall_time_s * 1000:.0f} ms"
     out.write(f"  status: {result.status} | LLM calls: {u.llm_calls} "
-              f"(tokens in/out {u.input_tokens}/{u.output_tokens}){cost}{source} | "
-              f"{u.wall_time_s * 1000:.0f} ms\n")
+              f"(tokens in/out {u.input_tokens}/{u.output_tokens}){cost}{source} | {took}\n")
     if result.workflow is not None:
         workflow = result.workflow
         out.write(f"  workflow: {workflow.name} (revision {workflow.revision}) inputs: "
