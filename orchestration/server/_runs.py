@@ -165,15 +165,17 @@ class RunManager:
         queued in the run store instead (checked first: a decision that does not fit
         raises as it would here), for the first process with a free slot to act on.
 
-        A decision that comes with per-run credentials, or for a run that needs them to
-        go on, is never queued (they are never stored, and the process that would act on
-        it has none): it gets :class:`Busy` (429), to be sent again."""
+        A decision that comes with per-run credentials is never queued (they are never
+        stored, and the process that would act on it has none): it gets :class:`Busy`
+        (429), to be sent again. One without the credentials its run needs raises
+        :class:`CredentialsRequired`, as it would with a slot free: sent again as it is,
+        it could never be carried out."""
         try:
             self._take_slot(tenant)
-        except Busy as busy:
+        except Busy:
             if self.closing or credentials:
                 raise
-            await self._queue_decision(run_id, step_id, approval, busy)
+            await self._queue_decision(run_id, step_id, approval)
             return None
         return await self._resume_in_slot(run_id, {step_id: approval}, tenant, credentials)
 
@@ -197,15 +199,11 @@ class RunManager:
         self._track(handle, tenant)
         return handle
 
-    async def _queue_decision(self, run_id: str, step_id: str, approval: Approval,
-                              busy: Busy) -> None:
+    async def _queue_decision(self, run_id: str, step_id: str, approval: Approval) -> None:
         orchestrator = self.orchestrator
-        try:
-            # raises what a resume here would (CredentialsRequired included: a resume
-            # without credentials is what the process acting on the queue can make)
-            current = await orchestrator.acheck_approvals(run_id, {step_id: approval})
-        except CredentialsRequired:
-            raise busy from None
+        # raises what a resume here would, CredentialsRequired included (the run needs
+        # credentials this decision does not bring: no retry would change that)
+        current = await orchestrator.acheck_approvals(run_id, {step_id: approval})
         pending = next(p for p in current.pending_approvals if p.step_id == step_id)
         await orchestrator.store.put_request(RunRequest(
             run_id, "decision", step_id,

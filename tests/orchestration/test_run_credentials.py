@@ -30,7 +30,7 @@ from orchestration import (
     ScriptedLLM,
 )
 from orchestration.errors import ConfigError
-from tests.orchestration.server.live import live_server
+from tests.orchestration.server.live import live_server, wait_for
 from tests.support.profile_api import ProfileAPI, profile_api
 
 pytest.importorskip("openapi_spec_validator", reason="the 'openapi' extra is not installed")
@@ -332,3 +332,44 @@ def test_credentials_required_over_http_names_the_tools(api: ProfileAPI, tmp_pat
         assert error["code"] == "credentials_required"
         assert error["details"]["credentials_for"] == ["profiles"]
     assert api.refunds == []
+
+
+def test_a_decision_without_the_run_s_credentials_is_refused_as_such_on_a_full_server(
+        api: ProfileAPI, tmp_path: Path) -> None:
+    """A full server (no slot for the run) answered a decision that lacks the run's
+    per-run credentials with 429 'try again in a few seconds' — a request that could
+    never be carried out as sent. It is the 409 credentials_required a free server
+    answers; a decision that brings them is the 429 to send again (never queued)."""
+    import asyncio as aio
+
+    async def wait() -> str:
+        await aio.sleep(30)
+        return "done"
+
+    catalog = catalog_of(api, overrides={"refund": {"requires_approval": True}})
+    catalog.add_function(wait, tool="clock", capability="wait",
+                         input_schema={"type": "object", "properties": {}})
+    plan = {"steps": [{"id": "refund", "tool": "profiles", "capability": "refund",
+                       "params": {"body": {"order_id": "o-1", "amount": 120}}}]}
+    given = {"profiles": {"Authorization": f"Bearer {ALICE}"}}
+    orch = orchestrator(catalog, f"sqlite:///{tmp_path}/runs.db")
+    with live_server(orch, max_runs=1) as server, \
+            httpx.Client(base_url=server.url, timeout=30) as http:
+        paused = http.post("/v1/runs", json={"query": "refund my tent", "plan": plan,
+                                             "wait": True, "credentials": given}).json()
+        assert paused["status"] == "awaiting_approval", paused
+        busy = http.post("/v1/runs", json={"query": "wait", "run_id": "busy", "plan": {
+            "steps": [{"id": "w", "tool": "clock", "capability": "wait", "params": {}}]}})
+        assert busy.status_code == 202, busy.text  # the one slot is taken
+        decide = f"/v1/runs/{paused['run_id']}/approvals/refund"
+        without = http.post(decide, json={"approved": True})
+        assert without.status_code == 409, without.text
+        assert without.json()["error"]["code"] == "credentials_required"
+        carrying = http.post(decide, json={"approved": True, "credentials": given})
+        assert carrying.status_code == 429, carrying.text
+        http.post("/v1/runs/busy/cancel")
+        done = http.post(decide, json={"approved": True, "credentials": given})
+        assert done.status_code == 202, done.text
+        wait_for(lambda: http.get(f"/v1/runs/{paused['run_id']}").json()["status"]
+                 == "succeeded")
+    assert len(api.refunds) == 1
