@@ -58,7 +58,9 @@ def _in_context(context: dict[str, Any] | None, session: str | None, number: int
     """``for tenant=acme user=u-42 · session trip-7 #2``."""
     parts = []
     if context:
-        parts.append("for " + " ".join(f"{k}={v}" for k, v in sorted(context.items())))
+        # a boolean as --context takes it (true/false), not as Python writes it
+        parts.append("for " + " ".join(f"{k}={json.dumps(v) if isinstance(v, bool) else v}"
+                                       for k, v in sorted(context.items())))
     if session:
         parts.append(f"session {session} #{number}")
     return " · ".join(parts)

@@ -332,3 +332,31 @@ def test_runs_show_gives_a_run_not_finished_no_duration(
     shown = capsys.readouterr().out
     assert "status: running" in shown and "| not finished" in shown, shown
     assert "| 0 ms" not in shown
+
+
+def test_runs_list_shows_a_boolean_context_value_as_it_was_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--context vip=true` was listed back as `vip=True`, Python's spelling."""
+    from prometheus_client import CollectorRegistry
+
+    from orchestration import Catalog, Orchestrator, OrchestratorConfig, ScriptedLLM
+
+    def hello() -> str:
+        return "hi"
+
+    store = f"sqlite:///{tmp_path}/runs.db"
+    catalog = Catalog()
+    catalog.add_function(hello, tool="greet", capability="hello",
+                         input_schema={"type": "object", "properties": {}})
+    orch = Orchestrator(catalog=catalog, llm=ScriptedLLM(["unused"]), registry=CollectorRegistry(),
+                        config=OrchestratorConfig(store_url=store, synthesis_enabled=False))
+    try:
+        orch.run("say hello", context={"user": "u-7", "vip": True, "trial": False}, plan={
+            "steps": [{"id": "h", "tool": "greet", "capability": "hello", "params": {}}]})
+    finally:
+        orch.close()
+    monkeypatch.setenv("ORCH_STORE_URL", store)
+    assert main(["runs", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert "for trial=false user=u-7 vip=true" in listed, listed
