@@ -36,7 +36,9 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from orchestration.credentials import Credentials
@@ -144,6 +146,20 @@ class RunManager:
             path, inputs, run_id=run_id, context=context, credentials=credentials,
             session_id=session_id, limits=tenant.limits if tenant is not None else None,
             synthesis=synthesis))
+
+    def as_a_client_sees_it(self, text: str) -> str:
+        """A message about a saved workflow without the server's own paths (its
+        workflows directory, the files in it, its catalog's file) nor advice for its
+        operator: a client names a workflow, never a file, and cannot act on either."""
+        orch = self.orchestrator
+        directory = str(WorkflowLibrary.for_config(orch.config, orch.catalog).directory)
+        text = text.replace("; `dagwright workflows` lists them, and ORCH_WORKFLOWS_DIR "
+                            "names the directory", "")
+        text = text.replace(directory + os.sep, "").replace(
+            directory, "the server's workflows directory")
+        if orch.catalog.path is not None:
+            text = text.replace(str(orch.catalog.path), Path(orch.catalog.path).name)
+        return text
 
     async def _started(self, tenant: Tenant | None,
                        start: Callable[[], Awaitable[RunHandle]]) -> RunHandle:

@@ -399,6 +399,14 @@ def test_serve_starts_a_workflow_by_name_with_its_inputs(example_file: Path) -> 
                                           "inputs": {"team": "Web", "weeks": 99}})
         assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_inputs"
         assert "greater than the maximum of 12" in bad.json()["error"]["message"]
+        # a client names workflows, never files: the server's paths are not its business
+        # (and nor is advice for the server's operator)
+        directory = str(example_file.parent)
+        assert directory not in missing.text and directory not in bad.text
+        assert "ORCH_WORKFLOWS_DIR" not in missing.text
+        assert "no workflow 'nope' in the server's workflows directory (workflows there: " \
+               "weekly-report)" in missing.json()["error"]["message"]
+        assert f"'weekly-report' ({example_file.name})" in bad.json()["error"]["message"]
         for name in ("../weekly-report", "/etc/passwd"):
             refused = http.post("/v1/runs", json={"workflow": name, "inputs": {}})
             assert refused.status_code == 422
