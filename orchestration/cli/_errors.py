@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
+from orchestration._extras import MISSING_EXTRA
 from orchestration.cli._kit import AmbiguousRunId
 from orchestration.errors import (
     ApprovalError,
@@ -35,6 +36,9 @@ class UsageError(DagwrightError):
 def next_step_for(exc: DagwrightError) -> str:
     if isinstance(exc, UsageError):
         return exc.next_step
+    if MISSING_EXTRA.search(str(exc)):  # whatever the error's type: the fix is an install
+        return ("run that install line in the environment dagwright runs from, then the "
+                "command again")
     if isinstance(exc, AmbiguousRunId):
         return "`dagwright runs list` shows the run ids; give the whole id or a longer prefix"
     if isinstance(exc, ApprovalError):
