@@ -16,12 +16,13 @@ two usual cases.
 from __future__ import annotations
 
 import json
+import re
 from importlib import metadata
 from urllib.parse import unquote, urlparse
 
 from orchestration._version import __version__
 
-__all__ = ["DISTRIBUTION", "install_line", "needs_extra"]
+__all__ = ["DISTRIBUTION", "MISSING_EXTRA", "install_line", "needs_extra"]
 
 DISTRIBUTION = "dagwright"
 
@@ -58,6 +59,10 @@ def install_line(extra: str) -> str:
         return f"pip install '{DISTRIBUTION}[{extra}]'"  # from an index that hosts it
     path, editable = origin
     return f"pip install {'-e ' if editable else ''}'{path}[{extra}]'"
+
+
+MISSING_EXTRA = re.compile(r"needs the '[\w-]+' extra")
+"""How every :func:`needs_extra` message reads: a command's error handler knows it by it."""
 
 
 def needs_extra(what: str, extra: str, missing: str | None = None) -> str:

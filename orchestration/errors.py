@@ -169,8 +169,9 @@ class CredentialsRequired(DagwrightError):
             f"run {run_id!r} was started with per-run credentials for {shown}, which are "
             "never stored, and still has calls for them: resume it with "
             f"resume({run_id!r}, credentials={{{self.names[0]!r}: {{...}}}}) "
-            "(over HTTP: POST /v1/runs/<id>/resume with a \"credentials\" field). "
-            "Nothing was sent.")
+            "(over HTTP: a \"credentials\" field in POST /v1/runs/<id>/resume, or in the "
+            "approval that continues it; on the CLI: --credentials-file FILE). Nothing was "
+            "sent.")
 
 
 class RunNotFound(DagwrightError, LookupError):

@@ -50,8 +50,10 @@ MASK = "[REDACTED]"
 # Names of fields/headers whose values are secrets whatever they look like.
 SENSITIVE_NAME = re.compile(
     r"(?i)(authorization|api[_-]?key|apikey|access[_-]?key|secret|token(?!s)|password|passwd|"
-    r"cookie|credential|private[_-]?key|session[_-]?id|signature)"
+    r"cookie|credential(?!s?_for\b)|private[_-]?key|session[_-]?id|signature)"
 )
+# (credentials_for: the names of the tools a run has per-run credentials for, as the run
+# and a credentials_required answer list them — names, never values)
 # Query parameters whose short names mark a secret only inside a URL.
 _SENSITIVE_QUERY_NAMES = frozenset({"key", "sig", "code", "auth", "pwd", "pass", "sid", "state",
                                     "client_secret", "x-amz-signature", "x-amz-credential"})

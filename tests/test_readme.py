@@ -83,3 +83,16 @@ def test_the_readme_names_every_command() -> None:
     assert commands, "the parser has no commands"
     missing = [name for name in commands if f"`dagwright {name}" not in readme]
     assert not missing, f"README.md does not name: {missing}"
+
+
+def test_the_readme_lists_every_extra_a_user_installs() -> None:
+    """The README's list of extras is pyproject's (less the developers' own: dev, bench);
+    it once left out `eval`, which docs/eval.md tells a user to install."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = set(project["optional-dependencies"]) - {"dev", "bench"}
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    listed = re.search(r"The extras are\s+(.*?);", readme, re.S)
+    assert listed, "README no longer says 'The extras are ...;'"
+    assert set(re.findall(r"`([a-z]+)`", listed.group(1))) == extras

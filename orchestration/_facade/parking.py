@@ -24,17 +24,20 @@ if TYPE_CHECKING:  # (local_runs imports unpark from here)
 
 __all__ = ["PARKED", "park_for_credentials", "unpark"]
 
-PARKED = "waiting for per-run credentials: "
+PARKED = "waiting for per-run credentials"
 """How the warning of a parked run begins (one per run at most)."""
 
 
 def _note(run_id: str, names: list[str]) -> str:
+    # worded so that the redaction of every answer leaves it whole: no "credentials:"
+    # followed by a word, which reads as a secret's key and value (the word is masked)
     shown = ", ".join(repr(n) for n in names)
-    return (f"{PARKED}the process executing this run stopped, and the run still has calls "
-            f"for {shown}, whose credentials are never stored, so no other process takes "
-            "it over (it would have to send without them, or with the catalog's). Resume "
-            f"it with them: POST /v1/runs/{run_id}/resume {{\"credentials\": {{...}}}}, or "
-            f"resume({run_id!r}, credentials={{...}}).")
+    return (f"{PARKED} for {shown}, which are never stored: the process executing this run "
+            "stopped and the run still has calls for them, so no other process takes it "
+            "over (it would have to send them without the credentials, or with the "
+            f"catalog's). Resume it with them: POST /v1/runs/{run_id}/resume "
+            f"{{\"credentials\": {{...}}}}, dagwright resume {run_id} --credentials-file "
+            f"FILE, or resume({run_id!r}, credentials={{...}}).")
 
 
 def unpark(run: RunState) -> None:

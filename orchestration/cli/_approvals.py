@@ -13,6 +13,7 @@ from orchestration.cli._kit import continuing, full_run_id, read_store
 from orchestration.cli._parser import Commands
 from orchestration.cli._progress import live_progress
 from orchestration.cli._render import render_result, write_next_steps, write_run_data
+from orchestration.cli._sessions import add_context_options, credentials_of
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import DagwrightError
 from orchestration.result import Approval, PendingApproval
@@ -37,6 +38,7 @@ def register(commands: Commands) -> None:
                          "as a whole. For @plan: a whole replacement plan")
     approve.add_argument("--note", help="why (kept with the decision, shown under its attempt)")
     approve.add_argument("--json", action="store_true", help="print the RunResult as JSON")
+    add_context_options(approve, new_run=False)  # a run started with them needs them again
     approve.set_defaults(fn=cmd_approve)
     reject = commands.add_parser("reject", help="reject a pending call; the run goes on "
                                  "without it")
@@ -44,6 +46,7 @@ def register(commands: Commands) -> None:
     reject.add_argument("step_id", help="the step (or @plan for the whole plan)")
     reject.add_argument("--note", required=True, help="why (kept in the step's error)")
     reject.add_argument("--json", action="store_true", help="print the RunResult as JSON")
+    add_context_options(reject, new_run=False)  # the run goes on: its other calls need them
     reject.set_defaults(fn=cmd_reject)
 
 
@@ -89,6 +92,7 @@ def _decide(args: argparse.Namespace, out: TextIO, approved: bool) -> int:
         args.run_id = full_run_id(args.run_id)
         result = orch.resume(args.run_id, approvals={
             args.step_id: Approval(approved=approved, params=params, note=args.note)},
+            credentials=credentials_of(args),
             on_event=live_progress(args, orch.config, continuing=True))
     finally:
         orch.close()
@@ -96,7 +100,7 @@ def _decide(args: argparse.Namespace, out: TextIO, approved: bool) -> int:
         write_run_data(out, result.to_dict())
     else:
         render_result(result, out)
-        write_next_steps(result, out)
+        write_next_steps(result, out, args.credentials_file)
     return exit_code_of(result)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
+from orchestration._extras import MISSING_EXTRA
 from orchestration.cli._kit import AmbiguousRunId
 from orchestration.errors import (
     ApprovalError,
@@ -35,14 +36,19 @@ class UsageError(DagwrightError):
 def next_step_for(exc: DagwrightError) -> str:
     if isinstance(exc, UsageError):
         return exc.next_step
+    if MISSING_EXTRA.search(str(exc)):  # whatever the error's type: the fix is an install
+        return ("run that install line in the environment dagwright runs from, then the "
+                "command again")
     if isinstance(exc, AmbiguousRunId):
         return "`dagwright runs list` shows the run ids; give the whole id or a longer prefix"
     if isinstance(exc, ApprovalError):
         return ("`dagwright approvals list RUN_ID` shows what waits and its exact parameters "
                 "(docs/troubleshooting.md#approvals)")
     if isinstance(exc, CredentialsRequired):
-        return ("`dagwright resume RUN_ID --credentials-file FILE` with a JSON file {\"tool\": "
-                "{\"Header\": \"value\"}} for the tools it names (docs/context.md)")
+        return ("give them again, as a JSON file {\"tool\": {\"Header\": \"value\"}} for the "
+                "tools it names: `dagwright resume RUN_ID --credentials-file FILE`, or for a "
+                "run waiting for a person `dagwright approve RUN_ID STEP_ID --credentials-file "
+                "FILE` (or reject) (docs/context.md)")
     if isinstance(exc, RunLeased):
         return ("wait for that process to end (or its lease, ORCH_STORE_LEASE_S, to expire), "
                 "then `dagwright resume RUN_ID` (docs/troubleshooting.md#the-run-store)")

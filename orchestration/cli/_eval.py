@@ -4,14 +4,17 @@ pass rate and what each defense layer recovered, and gate on a baseline (docs/ev
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from pathlib import Path
 from typing import TextIO
 
+from orchestration._extras import needs_extra
 from orchestration.cli._errors import UsageError
 from orchestration.cli._exit_codes import EXIT_EVAL_GATE, EXIT_OK
 from orchestration.cli._parser import Commands, log_level, quiet
 from orchestration.config import OrchestratorConfig
+from orchestration.errors import DagwrightError
 from orchestration.eval import (
     CaseResult,
     Cassettes,
@@ -84,6 +87,9 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
                              "make a baseline first: `dagwright eval DATASET --report DIR` "
                              "writes DIR/report.json, then give --baseline DIR "
                              "(docs/eval.md)")
+    if args.report and args.plots == "png" and importlib.util.find_spec("matplotlib") is None:
+        # said before the cases run (and a model is paid), not when the report is drawn
+        raise DagwrightError(needs_extra("PNG plots (--plots png)", "eval", "matplotlib"))
     if args.live_tools and not (args.record or args.replay):
         raise UsageError("--live-tools says what cassettes hold, and no cassettes are used",
                          "add --record DIR or --replay DIR (docs/eval.md#record-and-replay)")

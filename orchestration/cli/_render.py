@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 from typing import Any, TextIO
 
 from orchestration.catalog import Catalog
@@ -146,9 +147,11 @@ def render_result(result: RunResult, out: TextIO) -> None:
     cost = f" | cost {u.cost:.4g}" if u.cost is not None else ""
     source = (f" | plan: {result.plan_source}"
               if result.plan_source not in (None, "llm") else "")
+    # a run still running (here or elsewhere), or whose process stopped, has no time yet:
+    # its usage says 0, which is no duration
+    took = "not finished" if result.status == "running" else f"{u.wall_time_s * 1000:.0f} ms"
     out.write(f"  status: {result.status} | LLM calls: {u.llm_calls} "
-              f"(tokens in/out {u.input_tokens}/{u.output_tokens}){cost}{source} | "
-              f"{u.wall_time_s * 1000:.0f} ms\n")
+              f"(tokens in/out {u.input_tokens}/{u.output_tokens}){cost}{source} | {took}\n")
     if result.workflow is not None:
         workflow = result.workflow
         out.write(f"  workflow: {workflow.name} (revision {workflow.revision}) inputs: "
@@ -163,16 +166,18 @@ def render_result(result: RunResult, out: TextIO) -> None:
         out.write("  answer:\n" + "".join(f"    {line}\n" for line in result.answer.splitlines()))
 
 
-def next_steps(result: RunResult) -> str | None:
-    """What to do about a run that did not succeed."""
+def next_steps(result: RunResult, credentials_file: Path | None = None) -> str | None:
+    """What to do about a run that did not succeed. ``credentials_file``: the run was
+    given per-run credentials from it, which a decision must give again (never stored)."""
     if result.status == "succeeded":
         return None
     if result.status == "awaiting_approval":
         steps = [p.step_id for p in result.pending_approvals] or ["STEP_ID"]
-        approve = " or ".join(f"`dagwright approve {result.run_id} {s}`" for s in steps)
+        again = f" --credentials-file {credentials_file}" if credentials_file else ""
+        approve = " or ".join(f"`dagwright approve {result.run_id} {s}{again}`" for s in steps)
         return (f"waiting for approval: {approve} sends the call as shown (--params edits "
-                f"it), `dagwright reject {result.run_id} {steps[0]} --note WHY` skips it; "
-                f"`dagwright approvals list {result.run_id}` shows the exact parameters")
+                f"it), `dagwright reject {result.run_id} {steps[0]} --note WHY{again}` skips "
+                f"it; `dagwright approvals list {result.run_id}` shows the exact parameters")
     if result.budget_exceeded is not None:
         report = result.budget_exceeded
         return (f"raise {report.setting} if the run needs more, or see where it spent: "
@@ -188,8 +193,9 @@ def next_steps(result: RunResult) -> str | None:
     return "; ".join(advice)
 
 
-def write_next_steps(result: RunResult, out: TextIO) -> None:
+def write_next_steps(result: RunResult, out: TextIO,
+                     credentials_file: Path | None = None) -> None:
     """The ``next:`` line under a result that did not succeed."""
-    advice = next_steps(result)
+    advice = next_steps(result, credentials_file)
     if advice:
         out.write(f"  next: {advice}\n")

@@ -32,6 +32,7 @@ from orchestration.cli._sessions import (
 from orchestration.config import OrchestratorConfig
 from orchestration.events import RunEvent
 from orchestration.orchestrator import Orchestrator
+from orchestration.workflows.model import SUFFIXES
 
 SYNTHESIS_CHOICES = ("llm", "template", "raw")
 
@@ -122,7 +123,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         render_result(result, out)
         if result.trace_id:
             out.write(f"  trace: {result.trace_id}\n")
-        write_next_steps(result, out)
+        write_next_steps(result, out, args.credentials_file)
     return exit_code_of(result)
 
 
@@ -141,6 +142,13 @@ def workflow_inputs(args: argparse.Namespace) -> dict[str, str]:
 def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     config = OrchestratorConfig()
     save = Path(args.save) if args.save else None
+    if save is not None and save.suffix not in SUFFIXES:
+        # a workflows directory reads only these: saved as anything else, the workflow
+        # would be found neither by its name nor by `dagwright workflows`
+        raise UsageError(f"--save {save}: a workflow file ends in "
+                         f"{', '.join(SUFFIXES[:-1])} or {SUFFIXES[-1]} (the workflows "
+                         "directory reads only those)",
+                         f"--save {save.with_suffix('.yaml')}")
     if save is not None and save.exists() and not args.force:
         raise UsageError(f"{save} exists", "choose another file, or add --force to replace it")
     orch = Orchestrator.from_env(config=config, catalog=catalog_for(args, config))

@@ -58,7 +58,9 @@ def _in_context(context: dict[str, Any] | None, session: str | None, number: int
     """``for tenant=acme user=u-42 · session trip-7 #2``."""
     parts = []
     if context:
-        parts.append("for " + " ".join(f"{k}={v}" for k, v in sorted(context.items())))
+        # a boolean as --context takes it (true/false), not as Python writes it
+        parts.append("for " + " ".join(f"{k}={json.dumps(v) if isinstance(v, bool) else v}"
+                                       for k, v in sorted(context.items())))
     if session:
         parts.append(f"session {session} #{number}")
     return " · ".join(parts)
@@ -129,7 +131,7 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     else:
         out.write(f"run {result.run_id}: {result.query}\n")
         render_result(result, out)
-        write_next_steps(result, out)
+        write_next_steps(result, out, args.credentials_file)
     return exit_code_of(result)
 
 

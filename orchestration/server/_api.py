@@ -314,16 +314,19 @@ async def _start_workflow(request: Request, body: RunRequest) -> Response:
         raise _busy(exc) from exc
     except WorkflowError as exc:
         found = exc.path is not None
+        seen = manager.as_a_client_sees_it
         raise ApiError(422 if found else 404, "invalid_workflow" if found else
-                       "workflow_not_found", str(exc),
-                       details={"workflow": body.workflow, "problems": exc.problems}) from exc
+                       "workflow_not_found", seen(str(exc)),
+                       details={"workflow": body.workflow,
+                                "problems": [seen(p) for p in exc.problems]}) from exc
     except InvalidInput as exc:
         field = _input_field(exc, "inputs")
         if field != "inputs":
             raise _invalid_input(exc, field) from exc
-        raise ApiError(422, "invalid_inputs", str(exc), details={
+        message = manager.as_a_client_sees_it(str(exc))
+        raise ApiError(422, "invalid_inputs", message, details={
             "workflow": body.workflow,
-            "fields": [{"field": "inputs", "problem": str(exc)}]}) from exc
+            "fields": [{"field": "inputs", "problem": message}]}) from exc
     except RunLeased as exc:
         raise ApiError(409, "run_leased", str(exc), details={"run_id": body.run_id}) from exc
     except StoreError as exc:
@@ -456,8 +459,10 @@ async def get_session(request: Request) -> Response:
     except StoreError as exc:
         raise _store_error(exc) from exc
     if session is None:
+        # "session", as a run names it: under "session_id" the redaction of every answer
+        # took the id for a web session's secret and masked it
         raise ApiError(404, "session_not_found", f"no session {session_id!r}",
-                       details={"session_id": session_id})
+                       details={"session": session_id})
     return JSONResponse(session.model_dump(mode="json"))
 
 

@@ -36,7 +36,9 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from orchestration.credentials import Credentials
@@ -105,6 +107,10 @@ class RunManager:
         self._watchers: dict[str, set[asyncio.Event]] = {}
         self._slot_freed = asyncio.Event()
         self._recovery: asyncio.Task[None] | None = None
+        self.may_take_over: Callable[[], bool] = lambda: True
+        """Whether this server may take runs over now: a worker of ``serve --workers``
+        whose supervisor is gone is about to stop, and so are its siblings, whose runs it
+        must not take over only to stop them again (``_workers.py``)."""
 
     @property
     def active(self) -> int:
@@ -141,6 +147,20 @@ class RunManager:
             session_id=session_id, limits=tenant.limits if tenant is not None else None,
             synthesis=synthesis))
 
+    def as_a_client_sees_it(self, text: str) -> str:
+        """A message about a saved workflow without the server's own paths (its
+        workflows directory, the files in it, its catalog's file) nor advice for its
+        operator: a client names a workflow, never a file, and cannot act on either."""
+        orch = self.orchestrator
+        directory = str(WorkflowLibrary.for_config(orch.config, orch.catalog).directory)
+        text = text.replace("; `dagwright workflows` lists them, and ORCH_WORKFLOWS_DIR "
+                            "names the directory", "")
+        text = text.replace(directory + os.sep, "").replace(
+            directory, "the server's workflows directory")
+        if orch.catalog.path is not None:
+            text = text.replace(str(orch.catalog.path), Path(orch.catalog.path).name)
+        return text
+
     async def _started(self, tenant: Tenant | None,
                        start: Callable[[], Awaitable[RunHandle]]) -> RunHandle:
         """``start()`` in a slot of ``tenant`` taken first (freed again when it raises)."""
@@ -161,15 +181,17 @@ class RunManager:
         queued in the run store instead (checked first: a decision that does not fit
         raises as it would here), for the first process with a free slot to act on.
 
-        A decision that comes with per-run credentials, or for a run that needs them to
-        go on, is never queued (they are never stored, and the process that would act on
-        it has none): it gets :class:`Busy` (429), to be sent again."""
+        A decision that comes with per-run credentials is never queued (they are never
+        stored, and the process that would act on it has none): it gets :class:`Busy`
+        (429), to be sent again. One without the credentials its run needs raises
+        :class:`CredentialsRequired`, as it would with a slot free: sent again as it is,
+        it could never be carried out."""
         try:
             self._take_slot(tenant)
-        except Busy as busy:
+        except Busy:
             if self.closing or credentials:
                 raise
-            await self._queue_decision(run_id, step_id, approval, busy)
+            await self._queue_decision(run_id, step_id, approval)
             return None
         return await self._resume_in_slot(run_id, {step_id: approval}, tenant, credentials)
 
@@ -193,15 +215,11 @@ class RunManager:
         self._track(handle, tenant)
         return handle
 
-    async def _queue_decision(self, run_id: str, step_id: str, approval: Approval,
-                              busy: Busy) -> None:
+    async def _queue_decision(self, run_id: str, step_id: str, approval: Approval) -> None:
         orchestrator = self.orchestrator
-        try:
-            # raises what a resume here would (CredentialsRequired included: a resume
-            # without credentials is what the process acting on the queue can make)
-            current = await orchestrator.acheck_approvals(run_id, {step_id: approval})
-        except CredentialsRequired:
-            raise busy from None
+        # raises what a resume here would, CredentialsRequired included (the run needs
+        # credentials this decision does not bring: no retry would change that)
+        current = await orchestrator.acheck_approvals(run_id, {step_id: approval})
         pending = next(p for p in current.pending_approvals if p.step_id == step_id)
         await orchestrator.store.put_request(RunRequest(
             run_id, "decision", step_id,
@@ -267,12 +285,14 @@ class RunManager:
         waits for a slot — as far as this server's slots (and each run's tenant's) allow.
         Oldest first."""
         store = self.orchestrator.store
+        if not self.may_take_over():
+            return
         if first:  # the store is opened by the first read
             await self.orchestrator.alist_runs(limit=1)
         unheld = await store.list_unheld(host=HOST, limit=_MAX_UNHELD)
         self._parked &= {held.run_id for held in unheld}  # resumed or ended meanwhile
         for held in unheld:
-            if self._used >= self.max_runs or self.closing:
+            if self._used >= self.max_runs or self.closing or not self.may_take_over():
                 return
             if held.run_id in self._parked or self.orchestrator.active_run(held.run_id):
                 continue
@@ -283,12 +303,14 @@ class RunManager:
                 continue
             if await self._resume(held.run_id, None, self._tenant_of(current)):
                 self.recovered.append(held.run_id)
-                log.info("resumed run %s, interrupted by a stop of its process", held.run_id)
+                log.info("resumed run %s: %s", held.run_id,
+                         "its process stopped, or went quiet past its lease" if held.free
+                         else f"its process ({held.owner}) died")
         decisions: dict[str, list[RunRequest]] = {}
         for request in await store.list_requests(kind="decision"):
             decisions.setdefault(request.run_id, []).append(request)
         for run_id, requests in decisions.items():
-            if self._used >= self.max_runs or self.closing:
+            if self._used >= self.max_runs or self.closing or not self.may_take_over():
                 return
             if self.orchestrator.active_run(run_id) is None:
                 await self._resume_decided(run_id, requests)

@@ -62,9 +62,16 @@ def serve(*, host: str | None = None, port: int | None = None, insecure: bool = 
     config = config or OrchestratorConfig()
     host = host or config.serve_host
     port = config.serve_port if port is None else port
-    workers = workers or config.serve_workers
+    workers = config.serve_workers if workers is None else workers
     if workers < 1:
         raise ConfigError(f"--workers {workers}: give at least 1")
+    if workers > 1 and config.store_url.strip().lower().startswith("memory:"):
+        # each process would keep its runs to itself: a run started through one worker
+        # would be unknown (404) to the others, and never taken over if its worker died
+        raise ConfigError(
+            f"--workers {workers} needs a run store its processes share, and "
+            f"ORCH_STORE_URL={config.store_url} keeps each process's runs in its own memory; "
+            "use sqlite:///PATH (one machine) or postgresql://… (docs/serve.md)")
     token = config.serve_token.get_secret_value() if config.serve_token is not None else None
     token = token or None
     check_token(token)

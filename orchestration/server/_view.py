@@ -333,8 +333,10 @@ def run_view(result: RunResult, events: list[RunEvent], *, started_at: float | N
     elif result.status == "awaiting_approval":
         run.time_label = "worked"
         run.waiting_since = min((p.requested_at for p in result.pending_approvals), default=None)
-    elif axis.real_span > result.usage.wall_time_s + 0.05:
-        # it paused (for a person) or stopped and was resumed: its steps span more time
-        # than it spent running, and that is not a wall time
+    elif max(axis.real_span, events[-1].at - events[0].at if events else 0.0) > \
+            result.usage.wall_time_s + 0.05:
+        # it paused (for a person) or stopped and was resumed: its steps — or, when the
+        # first step was the one that waited, its events — span more time than it spent
+        # running, and that is not a wall time
         run.time_label = "worked"
     return run

@@ -12,11 +12,17 @@ answers for any run (``docs/serve.md``).
 
 from __future__ import annotations
 
+import functools
+import multiprocessing
 import os
 import signal
 import socket
 import threading
 import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from types import FrameType
+from typing import Any
 
 from starlette.applications import Starlette
 from uvicorn.config import STARTUP_FAILURE, Config
@@ -42,9 +48,41 @@ def serve_app(config: OrchestratorConfig, orchestrator: Orchestrator) -> Starlet
     tokens = config.serve_tokens.get_secret_value() if config.serve_tokens is not None else ""
     tenants = read_tenants(tokens) if tokens.strip() else None
     guarded = token is not None or tenants is not None
-    return create_app(orchestrator, token=token, close_orchestrator=True, tenants=tenants,
-                      allowed_hosts=LOOPBACK_HOSTS
-                      if not guarded and is_loopback(config.serve_host) else None)
+    app = create_app(orchestrator, token=token, close_orchestrator=True, tenants=tenants,
+                     allowed_hosts=LOOPBACK_HOSTS
+                     if not guarded and is_loopback(config.serve_host) else None)
+    _take_nothing_over_once_stopping(app)
+    return app
+
+
+def _take_nothing_over_once_stopping(app: Starlette) -> None:
+    """From the moment this process is asked to stop (SIGTERM, Ctrl-C), it takes no run
+    over: while it drains its open requests (up to GRACEFUL_SHUTDOWN_S), a replica or a
+    sibling worker stopping at the same time lets its runs go, and taking them over here
+    would only stop them again a moment later (their calls in flight cut twice).
+
+    uvicorn handles those signals with handlers it installs around serving, so this
+    chains onto them when the app starts (the lifespan runs inside them, on the main
+    thread)."""
+    runs = app.state.runs
+    starting = app.router.lifespan_context
+
+    def stop_taking_over(signum: int, frame: FrameType | None,
+                         previous: Callable[[int, FrameType | None], Any]) -> None:
+        runs.may_take_over = lambda: False
+        previous(signum, frame)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[Any]:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous = signal.getsignal(sig)
+                if callable(previous):
+                    signal.signal(sig, functools.partial(stop_taking_over, previous=previous))
+        async with starting(app) as state:
+            yield state
+
+    app.router.lifespan_context = lifespan
 
 
 def worker_app() -> Starlette:
@@ -52,7 +90,11 @@ def worker_app() -> Starlette:
     config = OrchestratorConfig()
     configure_logging(config)
     app = serve_app(config, Orchestrator.from_env(config=config))
-    _stop_with_parent()
+    parent = _stop_with_parent()
+    # once the supervisor is gone every worker stops within PARENT_CHECK_S, each when it
+    # notices: one that noticed later must not take over the runs another has just let go
+    # of, only to stop them again (a call in flight cut twice, a payment left unknown)
+    app.state.runs.may_take_over = lambda: os.getppid() == parent
     tune_collector(config.serve_gc)
     return app
 
@@ -60,11 +102,17 @@ def worker_app() -> Starlette:
 PARENT_CHECK_S = 1.0
 
 
-def _stop_with_parent() -> None:
+def _stop_with_parent() -> int:
     """Stop this worker (as SIGTERM does: its runs stay resumable) once the process that
     started it is gone — a supervisor killed with SIGKILL cannot stop its workers, and a
-    worker left behind would go on serving a socket nobody manages."""
-    parent = os.getppid()
+    worker left behind would go on serving a socket nobody manages. Returns the
+    supervisor's pid."""
+    # the supervisor's pid as multiprocessing handed it over, not os.getppid(): a
+    # supervisor killed while this worker was still starting has already left it to
+    # init (or a subreaper), whose pid getppid() would now answer, and the watch below
+    # would never see the supervisor go
+    spawned_by = multiprocessing.parent_process()
+    parent = spawned_by.pid if spawned_by is not None and spawned_by.pid else os.getppid()
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -72,6 +120,7 @@ def _stop_with_parent() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="dagwright-parent-watch", daemon=True).start()
+    return parent
 
 
 def reuse_port_sockets(bound: socket.socket, count: int, backlog: int) -> list[socket.socket]:

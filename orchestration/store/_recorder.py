@@ -340,14 +340,17 @@ class RunRecorder:
             return
         if self.lease is not None:
             _LeaseKeeper.of(asyncio.get_running_loop()).discard(self)
+        if self.failure is None and state is not None:
+            # buffered before the flusher is stopped: on a recorder that never flushed (one
+            # that took a run over only to mark it), buffering schedules a delayed flush,
+            # which would otherwise write after the release below and find the lease gone
+            self.save_run(state)
         for task in (self._flusher,):
             if task is not None and not task.done():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         if self.failure is None:
-            if state is not None:
-                self.save_run(state)
             with contextlib.suppress(StoreError):  # recorded in self.failure
                 await self.flush()
         if not self.lease_lost:  # a run another process took over is not ours to release

@@ -293,3 +293,70 @@ def test_key_value_options_refuse_a_key_given_twice(
     refused the same. Both now read KEY=VALUE pairs one way."""
     assert main([*args, "--catalog", str(CATALOG)], out=io.StringIO()) == 2
     assert said in capsys.readouterr().err
+
+
+def test_runs_show_gives_a_run_not_finished_no_duration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A run still running, or whose process stopped, was shown as taking '0 ms'."""
+    import asyncio
+
+    from prometheus_client import CollectorRegistry
+
+    from orchestration import Catalog, Orchestrator, OrchestratorConfig, ScriptedLLM
+
+    async def wait() -> str:
+        await asyncio.sleep(30)
+        return "done"
+
+    store = f"sqlite:///{tmp_path}/runs.db"
+
+    async def stop_midway() -> None:
+        catalog = Catalog()
+        catalog.add_function(wait, tool="clock", capability="wait",
+                             input_schema={"type": "object", "properties": {}})
+        orch = Orchestrator(catalog=catalog, llm=ScriptedLLM(["unused"]),
+                            registry=CollectorRegistry(),
+                            config=OrchestratorConfig(store_url=store, synthesis_enabled=False))
+        try:
+            handle = await orch.astart("wait a while", run_id="unfinished", plan={"steps": [
+                {"id": "w", "tool": "clock", "capability": "wait", "params": {}}]})
+            await asyncio.sleep(0.2)
+            await handle.interrupt()  # as its process stopping would: it stays running
+        finally:
+            await orch.aclose()
+
+    asyncio.run(stop_midway())
+    monkeypatch.setenv("ORCH_STORE_URL", store)
+    assert main(["runs", "show", "unfinished"]) == 0
+    shown = capsys.readouterr().out
+    assert "status: running" in shown and "| not finished" in shown, shown
+    assert "| 0 ms" not in shown
+
+
+def test_runs_list_shows_a_boolean_context_value_as_it_was_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--context vip=true` was listed back as `vip=True`, Python's spelling."""
+    from prometheus_client import CollectorRegistry
+
+    from orchestration import Catalog, Orchestrator, OrchestratorConfig, ScriptedLLM
+
+    def hello() -> str:
+        return "hi"
+
+    store = f"sqlite:///{tmp_path}/runs.db"
+    catalog = Catalog()
+    catalog.add_function(hello, tool="greet", capability="hello",
+                         input_schema={"type": "object", "properties": {}})
+    orch = Orchestrator(catalog=catalog, llm=ScriptedLLM(["unused"]), registry=CollectorRegistry(),
+                        config=OrchestratorConfig(store_url=store, synthesis_enabled=False))
+    try:
+        orch.run("say hello", context={"user": "u-7", "vip": True, "trial": False}, plan={
+            "steps": [{"id": "h", "tool": "greet", "capability": "hello", "params": {}}]})
+    finally:
+        orch.close()
+    monkeypatch.setenv("ORCH_STORE_URL", store)
+    assert main(["runs", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert "for trial=false user=u-7 vip=true" in listed, listed

@@ -95,3 +95,33 @@ def test_a_tool_that_is_not_running_is_named_with_where_to_look(
     advice = next_line(done.stdout)
     assert "the tool of 'quote' (stocks.quote) did not answer: check that it is running" in advice
     assert RUN_AGAIN not in advice
+
+
+def test_a_run_started_with_per_run_credentials_is_approved_with_them_from_the_cli(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    """`run --credentials-file F` paused for a person: the credentials are never stored,
+    so the decision must bring them again. `dagwright approve` once had no way to (its
+    refusal sent the user to `resume`, which cannot decide): it takes --credentials-file,
+    and every hint names it."""
+    catalog = tools.catalog()
+    catalog["tools"][1]["capabilities"][0]["requires_approval"] = True
+    env = environment(tmp_path, catalog, pay_plan())
+    creds = tmp_path / "creds.json"
+    creds.write_text(json.dumps({"bank": {"Authorization": "Bearer alice-0123456789"}}))
+    paused = dagwright(env, "run", "-q", "pay", "--credentials-file", str(creds))
+    assert paused.returncode == EXIT_AWAITING_APPROVAL, paused.stderr
+    run_id = paused.stdout.splitlines()[0].split()[1]
+    advice = next_line(paused.stdout)
+    assert f"`dagwright approve {run_id} pay --credentials-file {creds}`" in advice
+
+    refused = dagwright(env, "approve", run_id, "pay")
+    assert refused.returncode == 2, refused.stderr
+    assert "`dagwright approve RUN_ID STEP_ID --credentials-file FILE`" in refused.stderr
+    assert "/pay" not in tools.executed
+
+    approved = dagwright(env, "approve", run_id, "pay", "--credentials-file", str(creds))
+    assert approved.returncode == 0, approved.stdout + approved.stderr
+    assert tools.executed["/pay"] == 1
+    assert ("/pay", "Bearer alice-0123456789") in tools.authorizations
+    assert "alice-0123456789" not in approved.stdout + approved.stderr

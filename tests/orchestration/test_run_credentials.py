@@ -6,6 +6,7 @@ credentials again (resumed after an approval) says so when they are missing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import uuid
@@ -29,7 +30,7 @@ from orchestration import (
     ScriptedLLM,
 )
 from orchestration.errors import ConfigError
-from tests.orchestration.server.live import live_server
+from tests.orchestration.server.live import live_server, wait_for
 from tests.support.profile_api import ProfileAPI, profile_api
 
 pytest.importorskip("openapi_spec_validator", reason="the 'openapi' extra is not installed")
@@ -277,3 +278,98 @@ def test_an_mcp_server_over_http_gets_the_run_s_header_on_a_session_of_its_own()
                     stdio.close()
         finally:
             catalog.close()
+
+
+async def test_parking_a_stopped_run_logs_no_store_error(
+        api: ProfileAPI, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A run that stopped with its process and needs its per-run credentials is parked
+    (what ``dagwright serve`` does for a dead server's run): marked, not taken over, and
+    nothing else — no ERROR "this process no longer holds the run" after it (the marking's
+    own write used to be flushed again once its lease was let go)."""
+    store = f"sqlite:///{tmp_path}/runs.db"
+    first = orchestrator(catalog_of(api), store)
+    try:
+        handle = await first.astart("my orders", plan=PLAN, run_id="parked-1",
+                                    credentials={"profiles": {"Authorization": f"Bearer {ALICE}"}})
+        await handle.interrupt()  # its process stopped: it stays running, resumable
+    finally:
+        await first.aclose()
+    later = orchestrator(catalog_of(api), store)
+    caplog.set_level(logging.INFO, logger="dagwright")
+    try:
+        assert await later.apark_for_credentials("parked-1") == ["profiles"]
+        await asyncio.sleep(0.3)  # (past the recorder's flush delay)
+        run = await later.aget_run("parked-1")
+    finally:
+        await later.aclose()
+    assert run is not None and run.status == "running"
+    parked = [w for w in run.warnings if w.startswith("waiting for per-run credentials")]
+    assert len(parked) == 1 and "'profiles'" in parked[0], run.warnings
+    # shown whole wherever answers are redacted (the API, the viewer, `runs show`): its
+    # wording used to read as a secret's key and value, and a word of it was masked
+    assert later.redactor.redact_value(parked) == parked
+    assert "dagwright resume parked-1 --credentials-file" in parked[0]
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == []
+
+
+def test_credentials_required_over_http_names_the_tools(api: ProfileAPI, tmp_path: Path) -> None:
+    """docs/serve.md: a run started with per-run credentials continued without them is a
+    409 whose details.credentials_for names the tools — names, so not masked as secrets."""
+    catalog = catalog_of(api, overrides={"refund": {"requires_approval": True}})
+    plan = {"steps": [{"id": "refund", "tool": "profiles", "capability": "refund",
+                       "params": {"body": {"order_id": "o-1", "amount": 120}}}]}
+    given = {"profiles": {"Authorization": f"Bearer {ALICE}"}}
+    orch = orchestrator(catalog, f"sqlite:///{tmp_path}/runs.db")
+    with live_server(orch) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        paused = http.post("/v1/runs", json={"query": "refund my tent", "plan": plan,
+                                             "wait": True, "credentials": given}).json()
+        assert paused["status"] == "awaiting_approval", paused
+        refused = http.post(f"/v1/runs/{paused['run_id']}/approvals/refund",
+                            json={"approved": True})
+        assert refused.status_code == 409, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "credentials_required"
+        assert error["details"]["credentials_for"] == ["profiles"]
+    assert api.refunds == []
+
+
+def test_a_decision_without_the_run_s_credentials_is_refused_as_such_on_a_full_server(
+        api: ProfileAPI, tmp_path: Path) -> None:
+    """A full server (no slot for the run) answered a decision that lacks the run's
+    per-run credentials with 429 'try again in a few seconds' — a request that could
+    never be carried out as sent. It is the 409 credentials_required a free server
+    answers; a decision that brings them is the 429 to send again (never queued)."""
+    import asyncio as aio
+
+    async def wait() -> str:
+        await aio.sleep(30)
+        return "done"
+
+    catalog = catalog_of(api, overrides={"refund": {"requires_approval": True}})
+    catalog.add_function(wait, tool="clock", capability="wait",
+                         input_schema={"type": "object", "properties": {}})
+    plan = {"steps": [{"id": "refund", "tool": "profiles", "capability": "refund",
+                       "params": {"body": {"order_id": "o-1", "amount": 120}}}]}
+    given = {"profiles": {"Authorization": f"Bearer {ALICE}"}}
+    orch = orchestrator(catalog, f"sqlite:///{tmp_path}/runs.db")
+    with live_server(orch, max_runs=1) as server, \
+            httpx.Client(base_url=server.url, timeout=30) as http:
+        paused = http.post("/v1/runs", json={"query": "refund my tent", "plan": plan,
+                                             "wait": True, "credentials": given}).json()
+        assert paused["status"] == "awaiting_approval", paused
+        busy = http.post("/v1/runs", json={"query": "wait", "run_id": "busy", "plan": {
+            "steps": [{"id": "w", "tool": "clock", "capability": "wait", "params": {}}]}})
+        assert busy.status_code == 202, busy.text  # the one slot is taken
+        decide = f"/v1/runs/{paused['run_id']}/approvals/refund"
+        without = http.post(decide, json={"approved": True})
+        assert without.status_code == 409, without.text
+        assert without.json()["error"]["code"] == "credentials_required"
+        carrying = http.post(decide, json={"approved": True, "credentials": given})
+        assert carrying.status_code == 429, carrying.text
+        http.post("/v1/runs/busy/cancel")
+        done = http.post(decide, json={"approved": True, "credentials": given})
+        assert done.status_code == 202, done.text
+        wait_for(lambda: http.get(f"/v1/runs/{paused['run_id']}").json()["status"]
+                 == "succeeded")
+    assert len(api.refunds) == 1

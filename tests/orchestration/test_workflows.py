@@ -399,6 +399,14 @@ def test_serve_starts_a_workflow_by_name_with_its_inputs(example_file: Path) -> 
                                           "inputs": {"team": "Web", "weeks": 99}})
         assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_inputs"
         assert "greater than the maximum of 12" in bad.json()["error"]["message"]
+        # a client names workflows, never files: the server's paths are not its business
+        # (and nor is advice for the server's operator)
+        directory = str(example_file.parent)
+        assert directory not in missing.text and directory not in bad.text
+        assert "ORCH_WORKFLOWS_DIR" not in missing.text
+        assert "no workflow 'nope' in the server's workflows directory (workflows there: " \
+               "weekly-report)" in missing.json()["error"]["message"]
+        assert f"'weekly-report' ({example_file.name})" in bad.json()["error"]["message"]
         for name in ("../weekly-report", "/etc/passwd"):
             refused = http.post("/v1/runs", json={"workflow": name, "inputs": {}})
             assert refused.status_code == 422
@@ -492,3 +500,21 @@ def test_a_workflow_given_in_code_runs_as_well(registry: CollectorRegistry) -> N
     # no workflow template and no capability template: raw, with a warning
     assert result.answer_strategy == "raw"
     assert any("found no template" in w for w in result.warnings)
+
+
+def test_plan_save_refuses_a_file_the_workflows_directory_would_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`plan --save workflows/x.txt` once wrote the workflow, and then neither
+    `run --workflow x` nor `dagwright workflows` found it: refused before planning now."""
+    from orchestration.cli import main
+
+    monkeypatch.setenv("ORCH_CATALOG", str(ROOT / "config" / "catalog.example.yaml"))
+    monkeypatch.setenv("ORCH_LLM_PROVIDER", "scripted")
+    monkeypatch.setenv("ORCH_LLM_SCRIPT", str(tmp_path / "no-such-script.json"))  # (unused)
+    target = tmp_path / "workflows" / "weather.txt"
+    assert main(["plan", "Weather in Paris for 2 days?", "--save", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert "a workflow file ends in .yaml, .yml or .json" in err
+    assert f"--save {target.with_suffix('.yaml')}" in err
+    assert not target.parent.exists()

@@ -88,8 +88,16 @@ class SideEffectTools:
         if first and held is not None:
             held[1].wait(60)
 
+    def receive(self, method: str, path: str, body: dict[str, Any],
+                headers: Mapping[str, str]) -> tuple[int, dict[str, Any]]:
+        """One request as it came: its Authorization noted, then :meth:`handle`d."""
+        with self._lock:
+            self.authorizations.append((path, headers.get("authorization")))
+        return self.handle(method, path, body, headers.get("idempotency-key"))
+
     def handle(self, method: str, path: str, body: dict[str, Any],
                key: str | None) -> tuple[int, dict[str, Any]]:
+        """What the tool answers (a test may replace it, with this signature)."""
         answer = self._execute(method, path, body, key)
         self._wait_if_first(path)
         return answer
@@ -122,14 +130,8 @@ class SideEffectTools:
 @contextmanager
 def side_effect_tools() -> Iterator[SideEffectTools]:
     tools = SideEffectTools()
-    def answer(method: str, path: str, body: dict[str, Any],
-               headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
-        # the Authorization header is noted here, apart from handle(), whose signature
-        # tests replace with their own
-        tools.authorizations.append((path, headers.get("authorization")))
-        return tools.handle(method, path, body, headers.get("idempotency-key"))
-
-    with serve_json(answer) as url:
+    with serve_json(lambda method, path, body, headers: tools.receive(
+            method, path, body, headers)) as url:
         tools.url = url
         try:
             yield tools

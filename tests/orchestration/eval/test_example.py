@@ -205,3 +205,25 @@ def test_a_baseline_that_is_not_there_is_refused_before_any_case_runs(
     assert "next: make a baseline first: `dagwright eval DATASET --report DIR`" in err
     assert "ORCH_" not in err and "[1]" not in err  # no case ran
     assert progress.getvalue() == ""
+
+
+def test_png_plots_without_their_extra_are_refused_before_any_case_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--plots png` in an installation without the eval extra ran every case (a real
+    model paid) and then failed drawing the report, its next step sending the user to the
+    ORCH_* settings page. It is refused first, with the install line to run."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # (not installed)
+    progress = io.StringIO()
+    code = main(["eval", str(DATASET), "--config", f"layers-on={EXAMPLE / 'layers-on.env'}",
+                 "--replay", str(SHIPPED), "--report", str(tmp_path / "report"),
+                 "--plots", "png"], out=progress)
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "PNG plots (--plots png) needs the 'eval' extra (matplotlib is missing): pip " \
+           "install" in err
+    assert "next: run that install line" in err
+    assert "ORCH_" not in err and "[1]" not in err  # no case ran
+    assert progress.getvalue() == "" and not (tmp_path / "report").exists()

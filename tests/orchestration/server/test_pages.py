@@ -66,6 +66,25 @@ def test_a_long_wait_for_approval_is_cut_out_of_the_time_axis(
     assert receipt_bar is not None and float(receipt_bar.group(1)) < 240  # still on the bar
 
 
+def test_a_run_whose_first_step_waited_for_a_person_says_what_it_worked(
+    server: LiveServer,
+) -> None:
+    """Nothing ran before the wait, so the steps span only the call: the run's events
+    still span the wait, and its time is what it worked, not a wall time."""
+    first = {"steps": [s for s in plan()["steps"] if s["id"] == "pay"]}
+    first["steps"][0]["params"] = {"amount": 250, "to": "broker"}
+    with httpx.Client(base_url=server.url, timeout=10) as http:
+        paused = http.post("/v1/runs", json={"query": QUERY, "plan": first,
+                                             "run_id": "waited-first", "wait": True})
+        assert paused.json()["status"] == "awaiting_approval", paused.text
+        time.sleep(0.5)
+        http.post("/v1/runs/waited-first/approvals/pay", json={"approved": True})
+        wait_for(lambda: http.get("/v1/runs/waited-first").json()["status"] == "succeeded")
+        page = http.get("/ui/runs/waited-first").text
+    assert re.search(r"worked <span id=\"elapsed\">0\.\d\d</span> s", page), page
+    assert "wall time" not in page
+
+
 def test_pages_load_only_their_own_assets_under_a_strict_policy(server: LiveServer) -> None:
     with httpx.Client(base_url=server.url, timeout=10) as http:
         http.post("/v1/runs", json={"query": QUERY, "plan": plan(), "run_id": "look", "wait": True})

@@ -127,3 +127,22 @@ def test_create_app_refuses_a_short_token(tools: SideEffectTools) -> None:
 
     with pytest.raises(ConfigError, match="at least 16"):
         create_app(make_orchestrator(tools.catalog()), token="abc")
+
+
+def test_serve_refuses_workers_it_cannot_run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--workers 0 is refused (it once ran one process silently), and so are several
+    workers on memory://, where each process would keep its runs to itself (a run started
+    through one worker was a 404 through the other)."""
+    monkeypatch.delenv("ORCH_SERVE_TOKEN", raising=False)
+    monkeypatch.delenv("ORCH_CATALOG", raising=False)  # (were one refusal gone: no server)
+    assert main(["serve", "--port", "0", "--workers", "0"]) == 2
+    assert "--workers 0: give at least 1" in capsys.readouterr().err
+    monkeypatch.setenv("ORCH_STORE_URL", "memory://")
+    assert main(["serve", "--port", "0", "--workers", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "--workers 2 needs a run store its processes share" in err and "sqlite:///" in err
+    monkeypatch.setenv("ORCH_SERVE_WORKERS", "2")
+    assert main(["serve", "--port", "0"]) == 2
+    assert "needs a run store its processes share" in capsys.readouterr().err

@@ -12,9 +12,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
+import sys
 import threading
 import time
 from contextlib import ExitStack
@@ -174,7 +176,10 @@ def test_the_runs_of_a_killed_server_are_finished_by_the_other_and_sent_once(
                      timeout=30)
         second_proc.send_signal(signal.SIGTERM)
         assert second_proc.wait(20) in STOPPED
-    assert "resumed run orphan-" in (tmp_path / "second.log").read_text()
+    second_log = (tmp_path / "second.log").read_text()
+    assert "resumed run orphan-" in second_log
+    # said as it happened: killed, not stopped
+    assert re.search(r"resumed run orphan-\d: its process \([^)]+\) died", second_log), second_log
     keys = [key for path, key, _ in tools.requests if path == "/pay_keyed"]
     assert len(keys) == 6 and len(set(keys)) == 3  # each re-sent once, with its own key...
     assert tools.executed == {"/quote": 3, "/pay_keyed": 3, "/receipt": 3}  # ...executed once
@@ -312,6 +317,103 @@ def test_workers_stop_when_their_supervisor_is_killed(tools: SideEffectTools, tm
         parent.send_signal(signal.SIGKILL)  # the supervisor cannot stop them itself
         parent.wait(10)
         wait_for(lambda: not any(is_worker(pid) for pid in workers), timeout=20)
+
+
+def test_workers_stop_when_their_supervisor_is_killed_while_they_start(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    """A worker that was still starting when its supervisor was killed (it found itself
+    already handed to init) once watched the wrong parent and served on for ever."""
+    env = {**env_for(tools, tmp_path, f"sqlite:///{tmp_path}/runs.db"), "ORCH_SERVE_WORKERS": "2"}
+    with (tmp_path / "serve.log").open("a") as log:
+        parent = subprocess.Popen([sys.executable, "-m", "orchestration.cli", "serve", "--port",
+                                   "0"], env=env, stdout=subprocess.DEVNULL, stderr=log)
+    workers: list[int] = []
+    try:
+        workers = wait_for(lambda: len(children(parent.pid)) == 2 and children(parent.pid),
+                           timeout=30, every=0.005)
+        for pid in workers:  # (still importing: far from the app and its watch)
+            os.kill(pid, signal.SIGSTOP)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+    finally:
+        for pid in workers:
+            os.kill(pid, signal.SIGCONT)
+        if parent.poll() is None:
+            parent.kill()
+    try:
+        wait_for(lambda: not any(is_worker(pid) for pid in workers), timeout=30)
+    finally:
+        for pid in workers:
+            if is_worker(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_workers_whose_supervisor_is_killed_take_over_none_of_each_other_s_runs(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    """Each worker stops when it notices its supervisor is gone (within a second, each
+    at its own moment): one that stops later must not take over the runs one that
+    stopped earlier let go of — it would cut their calls again a moment later. The runs
+    stay as they were, resumable, and nothing is sent twice."""
+    env = {**env_for(tools, tmp_path, f"sqlite:///{tmp_path}/runs.db"), "ORCH_SERVE_WORKERS": "2"}
+    tools.hold.set()
+    with dagwright_serve(env, tmp_path / "serve.log") as (parent, url):
+        workers = wait_for(lambda: len(children(parent.pid)) == 2 and children(parent.pid),
+                           timeout=30)
+        for number in range(6):  # connections spread over both workers
+            posted = httpx.post(f"{url}/v1/runs", json={"query": "pay", "plan": PLAN,
+                                                         "run_id": f"o-{number}"}, timeout=30)
+            assert posted.status_code == 202
+        wait_for(lambda: tools.executed["/pay_keyed"] == 6, timeout=20)
+        with sqlite3.connect(tmp_path / "runs.db") as db:
+            holders = {int(owner.split(":")[1]) for (owner,) in db.execute(
+                "SELECT lease_owner FROM dagwright_runs WHERE run_id LIKE 'o-%'")}
+        if len(holders) < 2:
+            pytest.skip("the kernel gave every connection to one worker")
+        first, later = sorted(holders)
+        parent.send_signal(signal.SIGKILL)
+        # the later worker notices after the first one stopped and let its runs go
+        os.kill(later, signal.SIGSTOP)
+        try:
+            parent.wait(10)
+            wait_for(lambda: not is_worker(first), timeout=20)
+        finally:
+            os.kill(later, signal.SIGCONT)
+        wait_for(lambda: not any(is_worker(pid) for pid in workers), timeout=20)
+    log = (tmp_path / "serve.log").read_text()
+    assert "resumed run o-" not in log, log
+    assert [path for path, _, _ in tools.requests].count("/pay_keyed") == 6
+
+
+def test_a_server_that_is_stopping_takes_over_none_of_the_runs_another_stop_lets_go(
+    tools: SideEffectTools, tmp_path: Path,
+) -> None:
+    """Two replicas stopped together (a deploy): the one that drains an open request for
+    a while must not take over the runs the other let go of meanwhile — it would stop
+    them again when its drain ends. They stay as they were, for the next start."""
+    env = env_for(tools, tmp_path, f"sqlite:///{tmp_path}/runs.db")
+    tools.hold.set()
+    with ExitStack() as stack:
+        (draining, first), (quick, second) = two_servers(stack, env, tmp_path / "serve.log")
+        waiting = threading.Thread(target=lambda: httpx.post(
+            f"{first}/v1/runs", json={"query": "pay", "plan": PLAN, "run_id": "on-first",
+                                      "wait": True}, timeout=60), daemon=True)
+        waiting.start()  # a request the first server drains when it is told to stop
+        posted = httpx.post(f"{second}/v1/runs", json={"query": "pay", "plan": PLAN,
+                                                        "run_id": "on-second"}, timeout=30)
+        assert posted.status_code == 202
+        wait_for(lambda: tools.executed["/pay_keyed"] == 2, timeout=20)
+        draining.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        quick.send_signal(signal.SIGTERM)
+        quick.wait(20)
+        time.sleep(2.5)  # past two takeover rounds of the first while it drains
+        assert draining.poll() is None, "the first server did not drain its open request"
+        draining.wait(30)
+    log = (tmp_path / "serve.log").read_text()
+    assert "resumed run on-second" not in log, log
+    assert [path for path, _, _ in tools.requests].count("/pay_keyed") == 2
 
 
 def is_worker(pid: int) -> bool:

@@ -88,6 +88,12 @@ def test_a_tenant_sees_and_acts_on_its_own_runs_only(server: LiveServer,
         assert [r["run_id"] for r in acme.get("/v1/sessions/s1").json()["runs"]] == [run["run_id"]]
         assert [r["run_id"] for r in globex.get("/v1/sessions/s1").json()["runs"]] == \
             [theirs["run_id"]]
+        # a session of no run of the tenant: a 404 that names the id it was asked for
+        # (it used to come as "[REDACTED]", the key session_id read as a secret's)
+        unknown = acme.get("/v1/sessions/s2")
+        assert unknown.status_code == 404
+        assert unknown.json()["error"]["code"] == "session_not_found"
+        assert unknown.json()["error"]["details"] == {"session": "s2"}
         # a context naming another tenant is refused; no token at all is a 401
         spoof = globex.post("/v1/runs", json={"query": QUERY, "plan": plan(),
                                               "context": {"tenant": "acme"}})
