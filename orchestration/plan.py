@@ -218,11 +218,13 @@ class ValidatedPlan:
 
     The DAG is kept as two plain maps, ``upstream`` and ``downstream`` (each step's
     direct dependencies and dependents, in plan order), which is all that running a plan
-    asks of it. ``graph`` — the same DAG as a networkx ``DiGraph``, for the graph
-    algorithms of a repair and the CLI's drawing — is built when first asked for: a
-    ``DiGraph`` is about twenty objects per plan for the garbage collector to walk again
-    and again while thousands of runs are in flight, and networkx itself tens of
-    thousands more from the moment it is imported.
+    asks of it. Their values are tuples of ids, which the collector stops tracking the
+    first time it meets them (and the maps at their first full collection): a plan's DAG
+    adds next to nothing to the full collections that thousands of runs in flight cause.
+    ``graph`` — the same DAG as a networkx ``DiGraph``, for the graph algorithms of a
+    repair and the CLI's drawing — is built when first asked for: a ``DiGraph`` is about
+    twenty objects per plan for the collector to walk again and again, and networkx
+    itself tens of thousands more from the moment it is imported.
 
     ``parsed`` holds the parameter strings that carry references, parsed when the plan was
     validated, so binding a step does not parse them again (an unknown string is parsed
@@ -231,18 +233,18 @@ class ValidatedPlan:
 
     def __init__(self, plan: Plan, graph: nx.DiGraph | None = None, *,
                  order: list[str] | None = None, parsed: dict[str, ParsedText] | None = None,
-                 upstream: dict[str, list[str]] | None = None) -> None:
+                 upstream: dict[str, tuple[str, ...]] | None = None) -> None:
         """The DAG is ``upstream`` (every step's dependencies, steps in plan order) or, for
         a plan made from a graph (a repair's), ``graph``'s edges."""
         self.plan = plan
         self._graph = graph
         if upstream is None:
-            upstream = ({node: list(graph.pred[node]) for node in graph}
+            upstream = ({node: tuple(graph.pred[node]) for node in graph}
                         if graph is not None else {})
-        self.upstream: dict[str, list[str]] = upstream
+        self.upstream: dict[str, tuple[str, ...]] = upstream
         """Each step's direct dependencies."""
-        self.downstream: dict[str, list[str]] = (
-            {node: list(graph.succ[node]) for node in graph} if graph is not None
+        self.downstream: dict[str, tuple[str, ...]] = (
+            {node: tuple(graph.succ[node]) for node in graph} if graph is not None
             else _dependents(upstream))
         """Each step's direct dependents, in plan order."""
         self.steps: dict[str, Step] = {s.id: s for s in plan.steps}
@@ -284,16 +286,16 @@ class ValidatedPlan:
         wrote it — is not changed: a plan grown this way is run, never recorded (the
         whole answer is validated and recorded once it has arrived).
         """
-        upstream = list(dict.fromkeys(dependencies))
+        upstream = tuple(dict.fromkeys(dependencies))
         unknown = [d for d in upstream if d not in self.steps]
         if unknown:
             raise ValueError(f"step {step.id!r} depends on {', '.join(unknown)}, which the "
                              "plan does not have yet")
         self.steps[step.id] = step
         self.upstream[step.id] = upstream
-        self.downstream[step.id] = []
+        self.downstream[step.id] = ()
         for dep in upstream:
-            self.downstream[dep].append(step.id)
+            self.downstream[dep] += (step.id,)  # a few dependents each: a new tuple is cheap
         if self._graph is not None:
             self._graph.add_node(step.id)
             self._graph.add_edges_from((d, step.id) for d in upstream)
@@ -323,16 +325,16 @@ class ValidatedPlan:
         return self.plan.model_dump(mode="json", exclude_none=True)
 
 
-def _dependents(upstream: dict[str, list[str]]) -> dict[str, list[str]]:
+def _dependents(upstream: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
     """Each step's direct dependents, in the order of ``upstream``'s steps."""
     downstream: dict[str, list[str]] = {node: [] for node in upstream}
     for node, deps in upstream.items():
         for dep in deps:
             downstream[dep].append(node)
-    return downstream
+    return {node: tuple(found) for node, found in downstream.items()}
 
 
-def _reachable(edges: dict[str, list[str]], start: str) -> set[str]:
+def _reachable(edges: dict[str, tuple[str, ...]], start: str) -> set[str]:
     """The steps reached from ``start`` (not itself) following ``edges``."""
     seen: set[str] = set()
     stack = list(edges[start])
@@ -353,8 +355,8 @@ def same_step(a: Step | None, b: Step | None) -> bool:
     return a is b or (type(a) is type(b) and a.__dict__ == b.__dict__)
 
 
-def _topological_order(upstream: dict[str, list[str]],
-                       downstream: dict[str, list[str]]) -> list[str] | None:
+def _topological_order(upstream: dict[str, tuple[str, ...]],
+                       downstream: dict[str, tuple[str, ...]]) -> list[str] | None:
     """The steps in a topological order, or None when they form a cycle.
 
     networkx's order (its ``topological_sort``: generation by generation, each in the
@@ -544,7 +546,7 @@ def validate_plan(
     # every step's parameters as one JSON document: one encoder pass for the whole plan;
     # only when it refuses is each step checked, to name the step and the value
     all_encodable = unencodable([s.params for s in steps], max_depth + 1) is None
-    edges: dict[str, list[str]] = {}
+    edges: dict[str, tuple[str, ...]] = {}
     parsed: dict[str, ParsedText] = checked.parsed if checked is not None else {}
     before = checked.steps if checked is not None else {}
     for step in steps:
@@ -557,8 +559,8 @@ def validate_plan(
                                    parsed=parsed, check_encoding=not all_encodable,
                                    earlier=earlier)
         # a duplicate id's edges join the first one's, as a graph's node would
-        known = edges.setdefault(step.id, [])
-        known.extend(dep for dep in dict.fromkeys(upstream) if dep not in known)
+        known = edges.get(step.id, ())
+        edges[step.id] = (*known, *(dep for dep in dict.fromkeys(upstream) if dep not in known))
     order: list[str] | None = None
     if not issues:
         # one topological sort both proves the plan acyclic and gives the order;
