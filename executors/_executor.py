@@ -56,42 +56,61 @@ class Executor:
         are awaited, not started again. Returns this plan's results in plan order.
         """
         started = await early.handover(plan) if early is not None else {}
-        runner = StepRunner(plan, run, services, self.capabilities, self.handlers, resume)
+        execution = _Execution(plan, run, services,
+                               StepRunner(plan, run, services, self.capabilities,
+                                          self.handlers, resume))
         done = {sid: run.steps[sid] for sid in plan.order if sid in run.steps}
-
-        def record(result: StepResult, **extra: str) -> None:
-            run.record_step(result)
-            services.recorder.save_step(result)
-            services.events.emit("step_finished", step_id=result.id, status=result.status,
-                                 attempts=len(result.attempts), duration_s=result.duration_s,
-                                 **extra)
-
-        async def run_step(step_id: str) -> StepResult:
-            try:
-                result = await runner.run_step(step_id)
-            except asyncio.CancelledError:
-                reason = services.cancellation.reason
-                if reason is not None:
-                    # cancelled on purpose: the step's history is kept. On a shutdown
-                    # nothing is recorded, so that a resume runs the step again.
-                    record(runner.cancelled(step_id, reason))
-                raise
-            except Exception as exc:  # a bug must fail the step, never the run
-                result = failed_by_bug(plan.steps[step_id], exc)
-            record(result)
-            return result
-
-        def skip_step(step_id: str, reason: str) -> StepResult:
-            step = plan.steps[step_id]
-            services.observer.step_skipped(step)
-            result = StepResult(id=step_id, tool=step.tool, capability=step.capability,
-                                status="skipped", skipped_reason=reason)
-            record(result, reason=reason)
-            return result
-
-        results = await run_dag(plan, run_step, skip_step, done=done,
+        results = await run_dag(plan, execution.run_step, execution.skip_step, done=done,
                                 max_concurrency=services.config.max_concurrency,
                                 deadline=services.deadline,
                                 stopped=services.budget.stop_reason, started=started)
         run.arrange(list(results))
         return results
+
+
+class _Execution:
+    """What the scheduler calls back for one execution of a plan: run a step, skip one.
+
+    One small object rather than closures over the execution's variables: those were
+    three functions and a cell per variable, alive for the whole run, which the garbage
+    collector walked at every full collection while a batch of runs was in flight."""
+
+    __slots__ = ("plan", "run", "runner", "services")
+
+    def __init__(self, plan: ValidatedPlan, run: RunState, services: RunServices,
+                 runner: StepRunner) -> None:
+        self.plan = plan
+        self.run = run
+        self.services = services
+        self.runner = runner
+
+    def record(self, result: StepResult, **extra: str) -> None:
+        self.run.record_step(result)
+        services = self.services
+        services.recorder.save_step(result)
+        services.events.emit("step_finished", step_id=result.id, status=result.status,
+                             attempts=len(result.attempts), duration_s=result.duration_s,
+                             **extra)
+
+    async def run_step(self, step_id: str) -> StepResult:
+        try:
+            result = await self.runner.run_step(step_id)
+        except asyncio.CancelledError:
+            reason = self.services.cancellation.reason
+            if reason is not None:
+                # cancelled on purpose: the step's history is kept. On a shutdown
+                # nothing is recorded, so that a resume runs the step again.
+                self.record(self.runner.cancelled(step_id, reason))
+            raise
+        except Exception as exc:  # a bug must fail the step, never the run
+            result = failed_by_bug(self.plan.steps[step_id], exc)
+        self.record(result)
+        return result
+
+    def skip_step(self, step_id: str, reason: str) -> StepResult:
+        step = self.plan.steps[step_id]
+        self.services.observer.step_skipped(step)
+        result = StepResult(id=step_id, tool=step.tool, capability=step.capability,
+                            status="skipped", skipped_reason=reason)
+        self.record(result, reason=reason)
+        return result

@@ -73,11 +73,8 @@ class _DagRun:
         self.deadline = deadline
         self.stopped = stopped
         self.loop = asyncio.get_running_loop()
-        # ``pred`` rather than ``in_degree``: a graph keeps its in_degree view, which
-        # refers back to the graph, so a plan that asked for it is freed only by a full
-        # garbage collection instead of when its run ends
-        pred = plan.graph.pred
-        self.waiting = {node: len(pred[node]) for node in plan.order}
+        upstream = plan.upstream
+        self.waiting = {node: len(upstream[node]) for node in plan.order}
         self.results: dict[str, StepResult] = {}
         self.ready: deque[str] = deque()
         self.idle: deque[asyncio.Future[None]] = deque()  # workers waiting for a step
@@ -123,7 +120,7 @@ class _DagRun:
                 self.results[node] = done[node]
         for node, result in list(self.results.items()):
             if result.status == "succeeded":
-                for successor in self.plan.graph.successors(node):
+                for successor in self.plan.downstream[node]:
                     self.waiting[successor] -= 1
             elif result.status != "awaiting_approval":
                 self._skip_downstream(node, result.status)
@@ -172,7 +169,7 @@ class _DagRun:
         self.results[step_id] = result
         unblocked = 0
         if result.status == "succeeded":
-            for successor in self.plan.graph.successors(step_id):
+            for successor in self.plan.downstream[step_id]:
                 self.waiting[successor] -= 1
                 if self.waiting[successor] == 0 and successor not in self.results:
                     self.ready.append(successor)

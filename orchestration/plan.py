@@ -18,15 +18,17 @@ import functools
 import re
 from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestration._json import DEFAULT_MAX_DEPTH, unencodable
 from orchestration.catalog import Catalog
 from orchestration.errors import CatalogError, ConfigError, PlanIssue, PlanValidationError
 from orchestration.retry_policy import check_overrides
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = [
     "EARLIER_RUN_PREFIX",
@@ -214,25 +216,64 @@ class ParsedText:
 class ValidatedPlan:
     """A plan that passed :func:`validate_plan`, with its DAG ready for scheduling.
 
+    The DAG is kept as two plain maps, ``upstream`` and ``downstream`` (each step's
+    direct dependencies and dependents, in plan order), which is all that running a plan
+    asks of it. Their values are tuples of ids, which the collector stops tracking the
+    first time it meets them (and the maps at their first full collection): a plan's DAG
+    adds next to nothing to the full collections that thousands of runs in flight cause.
+    ``graph`` — the same DAG as a networkx ``DiGraph``, for the graph algorithms of a
+    repair and the CLI's drawing — is built when first asked for: a ``DiGraph`` is about
+    twenty objects per plan for the collector to walk again and again, and networkx
+    itself tens of thousands more from the moment it is imported.
+
     ``parsed`` holds the parameter strings that carry references, parsed when the plan was
     validated, so binding a step does not parse them again (an unknown string is parsed
     where it is bound: a layer's new parameters).
     """
 
-    def __init__(self, plan: Plan, graph: nx.DiGraph, *, order: list[str] | None = None,
-                 parsed: dict[str, ParsedText] | None = None) -> None:
+    def __init__(self, plan: Plan, graph: nx.DiGraph | None = None, *,
+                 order: list[str] | None = None, parsed: dict[str, ParsedText] | None = None,
+                 upstream: dict[str, tuple[str, ...]] | None = None) -> None:
+        """The DAG is ``upstream`` (every step's dependencies, steps in plan order) or, for
+        a plan made from a graph (a repair's), ``graph``'s edges."""
         self.plan = plan
-        self.graph = graph
+        self._graph = graph
+        if upstream is None:
+            upstream = ({node: tuple(graph.pred[node]) for node in graph}
+                        if graph is not None else {})
+        self.upstream: dict[str, tuple[str, ...]] = upstream
+        """Each step's direct dependencies."""
+        self.downstream: dict[str, tuple[str, ...]] = (
+            {node: tuple(graph.succ[node]) for node in graph} if graph is not None
+            else _dependents(upstream))
+        """Each step's direct dependents, in plan order."""
         self.steps: dict[str, Step] = {s.id: s for s in plan.steps}
-        self.order: list[str] = order if order is not None else _topological_order(graph)
+        if order is None:
+            order = _topological_order(upstream, self.downstream)
+            if order is None:
+                raise ValueError("the plan's steps depend on each other in a cycle")
+        self.order: list[str] = order
         self.position: dict[str, int] = {sid: i for i, sid in enumerate(self.order)}
         """Each step's index in ``order``: sorts any set of steps into plan order."""
         self.parsed: dict[str, ParsedText] = parsed if parsed is not None else {}
 
+    @property
+    def graph(self) -> nx.DiGraph:
+        """The DAG as a networkx ``DiGraph`` (built on first use, then kept up to date)."""
+        if self._graph is None:
+            import networkx as nx  # only a repair or a drawing needs it
+
+            graph: nx.DiGraph = nx.DiGraph()
+            graph.add_nodes_from(self.upstream)
+            graph.add_edges_from((dep, node) for node, deps in self.upstream.items()
+                                 for dep in deps)
+            self._graph = graph
+        return self._graph
+
     @classmethod
     def growing(cls) -> ValidatedPlan:
         """An empty plan that :meth:`add_step` grows (the early steps of a streamed plan)."""
-        return cls(Plan(steps=[]), nx.DiGraph(), order=[])
+        return cls(Plan(steps=[]), order=[], upstream={})
 
     def add_step(self, step: Step, dependencies: Iterable[str]) -> None:
         """Add ``step``, whose ``dependencies`` are all in the plan already: the graph stays
@@ -245,38 +286,64 @@ class ValidatedPlan:
         wrote it — is not changed: a plan grown this way is run, never recorded (the
         whole answer is validated and recorded once it has arrived).
         """
-        upstream = list(dependencies)
+        upstream = tuple(dict.fromkeys(dependencies))
         unknown = [d for d in upstream if d not in self.steps]
         if unknown:
             raise ValueError(f"step {step.id!r} depends on {', '.join(unknown)}, which the "
                              "plan does not have yet")
         self.steps[step.id] = step
-        self.graph.add_node(step.id)
-        self.graph.add_edges_from((d, step.id) for d in upstream)
+        self.upstream[step.id] = upstream
+        self.downstream[step.id] = ()
+        for dep in upstream:
+            self.downstream[dep] += (step.id,)  # a few dependents each: a new tuple is cheap
+        if self._graph is not None:
+            self._graph.add_node(step.id)
+            self._graph.add_edges_from((d, step.id) for d in upstream)
         self.position[step.id] = len(self.order)
         self.order.append(step.id)
 
     def dependencies(self, step_id: str) -> list[str]:
         """Direct upstream steps."""
-        return list(self.graph.predecessors(step_id))
+        return list(self.upstream[step_id])
 
     def ancestors(self, step_id: str) -> set[str]:
         """Direct and transitive upstream steps."""
-        return set(nx.ancestors(self.graph, step_id))
+        return _reachable(self.upstream, step_id)
 
     def descendants(self, step_id: str) -> set[str]:
-        return set(nx.descendants(self.graph, step_id))
+        return _reachable(self.downstream, step_id)
 
     def critical_path_length(self, weight: dict[str, float]) -> float:
         """Longest weighted path through the DAG (the lower bound of any makespan)."""
         best: dict[str, float] = {}
         for node in self.order:
-            preds = [best[p] for p in self.graph.predecessors(node)]
+            preds = [best[p] for p in self.upstream[node]]
             best[node] = weight.get(node, 0.0) + (max(preds) if preds else 0.0)
         return max(best.values(), default=0.0)
 
     def to_dict(self) -> dict[str, Any]:
         return self.plan.model_dump(mode="json", exclude_none=True)
+
+
+def _dependents(upstream: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+    """Each step's direct dependents, in the order of ``upstream``'s steps."""
+    downstream: dict[str, list[str]] = {node: [] for node in upstream}
+    for node, deps in upstream.items():
+        for dep in deps:
+            downstream[dep].append(node)
+    return {node: tuple(found) for node, found in downstream.items()}
+
+
+def _reachable(edges: dict[str, tuple[str, ...]], start: str) -> set[str]:
+    """The steps reached from ``start`` (not itself) following ``edges``."""
+    seen: set[str] = set()
+    stack = list(edges[start])
+    while stack:
+        node = stack.pop()
+        if node not in seen:
+            seen.add(node)
+            stack.extend(edges[node])
+    return seen
 
 
 def same_step(a: Step | None, b: Step | None) -> bool:
@@ -288,17 +355,27 @@ def same_step(a: Step | None, b: Step | None) -> bool:
     return a is b or (type(a) is type(b) and a.__dict__ == b.__dict__)
 
 
-def _topological_order(graph: nx.DiGraph) -> list[str]:
-    """networkx's topological order of ``graph`` (``NetworkXUnfeasible`` on a cycle).
+def _topological_order(upstream: dict[str, tuple[str, ...]],
+                       downstream: dict[str, tuple[str, ...]]) -> list[str] | None:
+    """The steps in a topological order, or None when they form a cycle.
 
-    The sort asks the graph for its ``in_degree`` view, which the graph then keeps and
-    which refers back to it: a reference cycle, so every plan's graph (and what its run
-    holds on to) would wait for a full garbage collection instead of being freed when
-    the run ends. The view is dropped once the order is known."""
-    try:
-        return list(nx.topological_sort(graph))
-    finally:
-        vars(graph).pop("in_degree", None)
+    networkx's order (its ``topological_sort``: generation by generation, each in the
+    order its steps were reached, the first in plan order), so a plan runs and is
+    recorded in the same order it always was."""
+    waiting = {node: len(deps) for node, deps in upstream.items() if deps}
+    generation = [node for node, deps in upstream.items() if not deps]
+    order: list[str] = []
+    while generation:
+        order.extend(generation)
+        reached: list[str] = []
+        for node in generation:
+            for child in downstream[node]:
+                waiting[child] -= 1
+                if not waiting[child]:
+                    reached.append(child)
+                    del waiting[child]
+        generation = reached
+    return None if waiting else order
 
 
 @dataclass
@@ -469,12 +546,10 @@ def validate_plan(
     # every step's parameters as one JSON document: one encoder pass for the whole plan;
     # only when it refuses is each step checked, to name the step and the value
     all_encodable = unencodable([s.params for s in steps], max_depth + 1) is None
-    nodes: list[str] = []
-    edges: list[tuple[str, str]] = []
+    edges: dict[str, tuple[str, ...]] = {}
     parsed: dict[str, ParsedText] = checked.parsed if checked is not None else {}
     before = checked.steps if checked is not None else {}
     for step in steps:
-        nodes.append(step.id)
         prior = before.get(step.id)
         if prior is not None and same_step(prior[0], step):
             upstream = prior[1]
@@ -483,20 +558,20 @@ def validate_plan(
             upstream = step_issues(step, ids, catalog, issues, max_depth=max_depth,
                                    parsed=parsed, check_encoding=not all_encodable,
                                    earlier=earlier)
-        edges.extend((dep, step.id) for dep in upstream)
-    graph: nx.DiGraph = nx.DiGraph()
-    graph.add_nodes_from(nodes)
-    graph.add_edges_from(edges)
+        # a duplicate id's edges join the first one's, as a graph's node would
+        known = edges.get(step.id, ())
+        edges[step.id] = (*known, *(dep for dep in dict.fromkeys(upstream) if dep not in known))
     order: list[str] | None = None
     if not issues:
         # one topological sort both proves the plan acyclic and gives the order;
-        # find_cycle runs only to name a cycle known to exist
-        try:
-            order = _topological_order(graph)
-        except nx.NetworkXUnfeasible:
-            cycle = nx.find_cycle(graph)
+        # networkx runs only to name a cycle known to exist
+        order = _topological_order(edges, _dependents(edges))
+        if order is None:
+            import networkx as nx  # only to name the cycle
+
+            cycle = nx.find_cycle(ValidatedPlan(Plan(steps=[]), order=[], upstream=edges).graph)
             names = [edge[0] for edge in cycle] + [cycle[0][0]]
             issues.append(PlanIssue(None, "the plan has a cycle: " + " -> ".join(names)))
     if issues:
         raise PlanValidationError(issues)
-    return ValidatedPlan(plan, graph, order=order, parsed=parsed)
+    return ValidatedPlan(plan, order=order, parsed=parsed, upstream=edges)

@@ -18,9 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from orchestration._json import DEFAULT_MAX_DEPTH
 from orchestration._text import data_block, to_json
@@ -30,6 +28,9 @@ from orchestration.plan import Plan, Step, ValidatedPlan, validate_plan
 from orchestration.result import StepResult
 from orchestration.services import CallInspector
 from planners._references import check_reference_paths
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["RepairPlan", "RepairSituation", "validate_repair"]
 
@@ -125,6 +126,8 @@ class RepairPlan(ValidatedPlan):
         return list(self.context.predecessors(step_id))
 
     def ancestors(self, step_id: str) -> set[str]:
+        import networkx as nx  # a rare repair needs it, not every run
+
         return set(nx.ancestors(self.context, step_id))
 
 

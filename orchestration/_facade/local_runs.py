@@ -15,6 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Coroutine
+from functools import partial
 from typing import Any
 
 from orchestration._budget import RunBudget
@@ -104,20 +105,9 @@ class LocalRuns:
         await self.stores.open()
         if run_id is not None:
             check_run_id(run_id)
-
-            async def run_as_read(stored: StoredRun | None) -> RunResult | None:
-                if stored is None:
-                    return None
-                if stored.state.query != query:
-                    raise DagwrightError(
-                        f"run {run_id!r} already exists for another query "
-                        f"({stored.state.query[:200]!r}); choose another run_id, or resume it")
-                if stored.state.status != "running":
-                    return stored.state.to_result()
-                return await self.continue_run(stored, on_event=on_event, started=started,
-                                               credentials=inputs.credentials)
-
-            existing = await self.stores.as_read(run_id, run_as_read)
+            existing = await self.stores.as_read(run_id, partial(
+                self._existing, query, on_event=on_event, started=started,
+                credentials=inputs.credentials))
             if existing is not None:
                 return existing
         run = (setup or RunSetup()).new_state(
@@ -132,6 +122,24 @@ class LocalRuns:
         await recorder.begin(run)
         return await self.execute(run, recorder, plan=plan, on_event=on_event, started=started,
                                   credentials=RunCredentials(inputs.credentials))
+
+    async def _existing(
+        self, query: str, stored: StoredRun | None, *, on_event: EventCallback | None,
+        started: asyncio.Future[RunHandle] | None, credentials: Credentials | None,
+    ) -> RunResult | None:
+        """A run id given to :meth:`start_new` that the store holds: its result when it
+        finished, else the run continued (a method, not a closure of ``start_new``: the
+        cells of a closure's variables live as long as the run, for every run)."""
+        if stored is None:
+            return None
+        if stored.state.query != query:
+            raise DagwrightError(
+                f"run {stored.state.run_id!r} already exists for another query "
+                f"({stored.state.query[:200]!r}); choose another run_id, or resume it")
+        if stored.state.status != "running":
+            return stored.state.to_result()
+        return await self.continue_run(stored, on_event=on_event, started=started,
+                                       credentials=credentials)
 
     async def continue_run(
         self,

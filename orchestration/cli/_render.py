@@ -75,7 +75,7 @@ def render_plan(plan: ValidatedPlan, out: TextIO) -> None:
         params = json.dumps(step.params, separators=(", ", ": "))
         branch = "└─ " if last else "├─ "
         out.write(f"{prefix}{branch}{step_id}: {step.tool}.{step.capability}({params})\n")
-        children = list(plan.graph.successors(step_id))
+        children = list(plan.downstream[step_id])
         child_prefix = prefix + ("   " if last else "│  ")
         if step_id in seen:
             return

@@ -43,6 +43,7 @@ __all__ = [
     "CallStarted",
     "Lease",
     "PlanCacheStore",
+    "ReleaseRun",
     "RunStore",
     "RunSummary",
     "SaveAttempt",
@@ -220,7 +221,17 @@ class SaveEvent:
                         data=self.data, context=self.context)
 
 
-Write = SaveRun | SaveStep | SaveAttempt | CallStarted | CallFinished | SaveEvent
+@dataclass(frozen=True, slots=True)
+class ReleaseRun:
+    """The holder lets go of the run once the rest of its batch is written: a run that
+    ends in this process writes its last state and lets go in one transaction, not two
+    (:meth:`RunStore.release` as a write)."""
+
+    run_id: str
+    owner: str
+
+
+Write = SaveRun | SaveStep | SaveAttempt | CallStarted | CallFinished | SaveEvent | ReleaseRun
 
 
 class RunStore(Protocol):

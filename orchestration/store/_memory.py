@@ -22,6 +22,7 @@ from orchestration.store._base import (
     CallMarker,
     CallStarted,
     Lease,
+    ReleaseRun,
     RunSummary,
     SaveAttempt,
     SaveEvent,
@@ -112,6 +113,8 @@ class MemoryStore:
                 marker = run.calls.get((op.step_id, op.attempt))
                 if marker is not None:
                     run.calls[(op.step_id, op.attempt)] = replace(marker, finished=True)
+            elif isinstance(op, ReleaseRun) and run.lease_owner == op.owner:
+                run.lease_owner, run.lease_until = None, None
 
     async def load(self, run_id: str) -> StoredRun | None:
         run = self._runs.get(run_id)

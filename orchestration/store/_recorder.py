@@ -45,6 +45,7 @@ from orchestration.store._base import (
     CallMarker,
     CallStarted,
     Lease,
+    ReleaseRun,
     RunStore,
     SaveAttempt,
     SaveEvent,
@@ -152,6 +153,10 @@ class RunRecorder:
         self._flush_soon = False  # an immediate flush (a full buffer) is scheduled
         self._steps_with_attempts: set[str] = set()
         self._plan_text = _PlanText()
+        # finish() lets go of the run with its last writes: the next flush to write
+        # carries the release, and from then on there is no lease to renew
+        self._letting_go = False
+        self._released = False
 
     @property
     def lease_lost(self) -> bool:
@@ -317,18 +322,24 @@ class RunRecorder:
             if self.failure is not None:
                 raise self.failure  # the run stopped: nothing more is written
             batch, self._pending = self._pending, []
-            if not batch and self.lease is None:
-                return
+            if not batch and (self.lease is None or self._released):
+                return  # nothing to write, and no lease to renew (a renewal that was due
+                # as the run let go of it would find the lease gone)
+            release = self._letting_go and not self._released
+            if release:  # after the rest, in the same transaction
+                batch.append(ReleaseRun(self.run_id, self.owner))
             started = asyncio.get_running_loop().time()
             try:
                 await self.store.write(batch, lease=self.lease, lease_s=self.lease_s,
                                        durable=durable)
             except StoreError as exc:
-                self._pending[:0] = batch
+                self._pending[:0] = batch[:-1] if release else batch
                 self.fail(exc)
                 raise
             if self.lease is not None:
                 self._held_until = started + self.lease_s
+            if release:
+                self._released = True
 
     async def finish(self, state: RunState | None) -> None:
         """The run ended (or stopped in this process): write its last state, let go of it.
@@ -351,9 +362,14 @@ class RunRecorder:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         if self.failure is None:
+            # the last writes and the release in one transaction: one round trip to the
+            # store and one commit per run fewer (a flush already waiting for the lock
+            # may be the one that carries them)
+            self._letting_go = True
             with contextlib.suppress(StoreError):  # recorded in self.failure
                 await self.flush()
-        if not self.lease_lost:  # a run another process took over is not ours to release
+        # a run another process took over is not ours to release
+        if not self._released and not self.lease_lost:
             with contextlib.suppress(StoreError):
                 await self.store.release(self.run_id, owner=self.owner)
         if self.failure is not None:

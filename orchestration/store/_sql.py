@@ -47,6 +47,7 @@ from orchestration.store._base import (
     CallMarker,
     CallStarted,
     Lease,
+    ReleaseRun,
     RunSummary,
     SaveAttempt,
     SaveEvent,
@@ -264,7 +265,14 @@ def _write_statements(batch: Iterable[Write]) -> list[Statement]:
                 "UPDATE dagwright_calls SET finished_at = ? "
                 "WHERE run_id = ? AND step_id = ? AND attempt = ?",
                 (now, op.run_id, op.step_id, op.attempt)))
+        elif isinstance(op, ReleaseRun):
+            out.append((_RELEASE, (op.run_id, op.owner)))
     return out
+
+
+_RELEASE = ("UPDATE dagwright_runs SET lease_owner = NULL, lease_expires_at = NULL "
+            "WHERE run_id = ? AND lease_owner = ?")
+"""A holder letting go of its run (a no-op once another process holds it)."""
 
 
 _VERSION_QUERY = "SELECT value FROM dagwright_meta WHERE key = 'schema_version'"
@@ -458,9 +466,7 @@ class _SQLStore(SQLRequests, ABC):
         return Lease(run_id, owner, int(rows[0][0])) if count == 1 and rows else None
 
     async def release(self, run_id: str, *, owner: str) -> None:
-        await self._transaction([(
-            "UPDATE dagwright_runs SET lease_owner = NULL, lease_expires_at = NULL "
-            "WHERE run_id = ? AND lease_owner = ?", (run_id, owner))])
+        await self._transaction([(_RELEASE, (run_id, owner))])
 
     async def list_runs(self, *, status: str | None, limit: int, tenant: str | None = None,
                         user: str | None = None,

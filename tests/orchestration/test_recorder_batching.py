@@ -32,3 +32,23 @@ def test_a_burst_of_writes_past_a_full_buffer_schedules_one_flush_not_one_per_wr
     assert scheduled <= 2  # the delayed flush and one immediate one
     assert flushed_at_once == FLUSH_MAX * 4  # the full buffer went out in one batch
     assert total == FLUSH_MAX * 4
+
+
+def test_writes_made_while_a_run_finishes_go_with_its_last_flush_not_after_its_release() -> None:
+    """A write buffered as the run ends (its last state, among others) must not schedule a
+    delayed flush: made after the lease is let go, that flush would find the run no
+    longer held and fail as a lost lease. (What holds it now is the cancelled flush task
+    that finish() leaves in place — easy to lose in a change of how flushes wait.)"""
+    async def main() -> RunRecorder:
+        store = open_store("memory://")
+        run = RunState(run_id="ending", query="q")
+        recorder = RunRecorder(store, run.run_id, lease_s=30)
+        await recorder.begin(run)
+        run.event_seq += 1
+        recorder.save_event(SaveEvent(run.run_id, run.event_seq, "step_started", 0.0, {}))
+        await recorder.finish(run)
+        await asyncio.sleep(0.2)  # past any delayed flush
+        return recorder
+
+    recorder = asyncio.run(main())
+    assert recorder.failure is None
