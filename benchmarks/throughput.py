@@ -446,8 +446,13 @@ def render(argv: list[str], facts: dict[str, Any], rows: list[tuple[str, dict[st
             f"What bounds that ratio on this machine: no worker shortens a run's own waiting "
             f"(a lone run takes {solo:.2f} s), so a batch needing {cpu:.2f} s of CPU takes at "
             f"least {solo:.2f} + {cpu:.2f} s on one core and {solo:.2f} + {cpu / 2:.2f} s on "
-            f"two: two workers can do at most {bound:.2f}× one worker's runs/s here, with "
-            "nothing else on the two cores — and the load generator shares them.")
+            f"two: at the same CPU per run two workers can do at most {bound:.2f}× one "
+            "worker's runs/s here, with nothing else on the two cores — and the load "
+            "generator shares them."
+            + (f" They did {x:.2f}×: a run cost less CPU on two workers "
+               f"({two['cpu_s'] / two['n'] * 1000:.2f} against "
+               f"{one['cpu_s'] / one['n'] * 1000:.2f} ms), which the bound takes as equal."
+               if x > bound else ""))
     if findings:
         parts.append("**Findings**\n\n" + "\n".join(f"- {f}" for f in findings) + "\n")
     if levels:
