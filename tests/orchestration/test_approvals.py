@@ -209,12 +209,12 @@ def test_changed_parameters_after_an_approval_need_a_new_one(tools: SideEffectTo
 
     real = tools.handle
 
-    def refuse_once(method: str, path: str, body: dict[str, Any], key: str | None,
-                    authorization: str | None = None) -> tuple[int, dict[str, Any]]:
+    def refuse_once(method: str, path: str, body: dict[str, Any],
+                    key: str | None) -> tuple[int, dict[str, Any]]:
         if path == "/pay" and next(refusals, False):
             return 400, {"success": False, "error": {"code": "TOO_MUCH", "category": "INPUT_ERROR",
                                                      "message": "amount too high", "retryable": True}}
-        return real(method, path, body, key, authorization)
+        return real(method, path, body, key)
 
     tools.handle = refuse_once  # type: ignore[method-assign]
 

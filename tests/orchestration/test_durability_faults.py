@@ -463,9 +463,8 @@ def _hold_every(tools: SideEffectTools, path: str) -> tuple[threading.Event, thr
     lock = threading.Lock()
     real = tools.handle
 
-    def held(method: str, p: str, body: dict[str, Any], key: str | None,
-             authorization: str | None = None) -> Any:
-        answer = real(method, p, body, key, authorization)
+    def held(method: str, p: str, body: dict[str, Any], key: str | None) -> Any:
+        answer = real(method, p, body, key)
         if p == path:
             with lock:
                 waiting[0] += 1

@@ -252,9 +252,9 @@ def test_a_store_that_fails_mid_run_never_sends_an_unrecorded_side_effect(
                         store=store)
     real_quote = tools.handle
 
-    def quote_then_fill_the_disk(method: str, path: str, body: dict[str, Any], key: str | None,
-                                 authorization: str | None = None) -> tuple[int, dict[str, Any]]:
-        answer = real_quote(method, path, body, key, authorization)
+    def quote_then_fill_the_disk(method: str, path: str, body: dict[str, Any],
+                                 key: str | None) -> tuple[int, dict[str, Any]]:
+        answer = real_quote(method, path, body, key)
         if path == "/quote":
             store.failing = True  # the disk fills while the quote is answered
         return answer
