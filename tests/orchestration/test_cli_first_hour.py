@@ -21,6 +21,7 @@ import pytest
 from orchestration import Catalog, Orchestrator, OrchestratorConfig, ScriptedLLM
 from orchestration.cli import EXIT_AWAITING_APPROVAL, EXIT_CLOSED_PIPE, Progress, main
 from orchestration.events import RunEvent
+from tests.support.cli import dagwright, run_killed_while_paying, scripted_env
 from tests.support.side_effects import SideEffectTools, pay_plan
 
 
@@ -35,17 +36,7 @@ def catalog_spec(tools: SideEffectTools, *, approval: bool) -> dict[str, Any]:
 
 def environment(tools: SideEffectTools, tmp_path: Path, *, approval: bool,
                 answers: list[Any]) -> dict[str, str]:
-    (tmp_path / "catalog.json").write_text(json.dumps(catalog_spec(tools, approval=approval)))
-    (tmp_path / "script.json").write_text(json.dumps(answers))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
-    return {**env, "ORCH_CATALOG": str(tmp_path / "catalog.json"),
-            "ORCH_STORE_URL": f"sqlite:///{tmp_path}/runs.db", "ORCH_LLM_PROVIDER": "scripted",
-            "ORCH_LLM_SCRIPT": str(tmp_path / "script.json"), "ORCH_SYNTHESIS_ENABLED": "false"}
-
-
-def dagwright(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "orchestration", *args], env=env,
-                          capture_output=True, text=True, timeout=60)
+    return scripted_env(tmp_path, catalog_spec(tools, approval=approval), answers)
 
 
 def test_a_paused_run_has_its_own_exit_code_and_says_what_to_type_next(
@@ -270,18 +261,7 @@ def test_a_run_whose_process_stopped_is_listed_with_where_its_steps_are(
     from tests.support.side_effects import pay_plan
 
     env = environment(tools, tmp_path, approval=False, answers=[pay_plan()])
-    tools.hold.set()
-    proc = subprocess.Popen([sys.executable, "-m", "orchestration", "run", "-q",
-                             "pay for one share"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        assert tools.arrived.wait(30), "the payment never reached the tool"
-    finally:
-        proc.kill()
-        out, _ = proc.communicate(timeout=10)
-        tools.hold.clear()
-        tools.release.set()
-    run_id = out.splitlines()[0].split()[1]
+    run_id = run_killed_while_paying(env, tools, "pay for one share")
     listed = dagwright(env, "runs", "list")
     line = listed.stdout.splitlines()[0]
     assert line.startswith(run_id) and " running " in line, listed.stdout

@@ -9,30 +9,18 @@ typed.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from orchestration.cli import EXIT_AWAITING_APPROVAL, EXIT_RUN_FAILED
+from tests.support.cli import dagwright, run_killed_while_paying, scripted_env
 from tests.support.side_effects import SideEffectTools, pay_plan
 
 RUN_AGAIN = "ORCH_LLM_DEBUG_ENABLED=true and run again"
 
 
 def environment(tmp_path: Path, catalog: dict[str, Any], plan: dict[str, Any]) -> dict[str, str]:
-    (tmp_path / "catalog.json").write_text(json.dumps(catalog))
-    (tmp_path / "script.json").write_text(json.dumps([plan]))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
-    return {**env, "ORCH_CATALOG": str(tmp_path / "catalog.json"),
-            "ORCH_STORE_URL": f"sqlite:///{tmp_path}/runs.db", "ORCH_LLM_PROVIDER": "scripted",
-            "ORCH_LLM_SCRIPT": str(tmp_path / "script.json"), "ORCH_SYNTHESIS_ENABLED": "false"}
-
-
-def dagwright(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "orchestration", *args], env=env,
-                          capture_output=True, text=True, timeout=60)
+    return scripted_env(tmp_path, catalog, [plan])
 
 
 def next_line(stdout: str) -> str:
@@ -45,17 +33,7 @@ def test_a_payment_that_may_have_happened_is_not_to_be_run_again(
     tools: SideEffectTools, tmp_path: Path,
 ) -> None:
     env = environment(tmp_path, tools.catalog(), pay_plan())
-    tools.hold.set()
-    proc = subprocess.Popen([sys.executable, "-m", "orchestration", "run", "-q", "pay"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert tools.arrived.wait(30), "the payment never reached the tool"
-    finally:
-        proc.kill()
-        out, _ = proc.communicate(timeout=10)
-    tools.hold.clear()
-    tools.release.set()
-    run_id = out.splitlines()[0].split()[1]
+    run_id = run_killed_while_paying(env, tools, "pay")
 
     resumed = dagwright(env, "resume", run_id)
     assert resumed.returncode == EXIT_RUN_FAILED, resumed.stderr
