@@ -274,6 +274,12 @@ class Orchestrator:
         self._temporal.refuse_credentials(credentials)
         inputs = self._inputs(context, credentials, session_id, limits)
         setup = RunSetup(answer_strategy=check_synthesis(synthesis))
+        return await self._start(query, plan, run_id, on_event, inputs, setup)
+
+    async def _start(self, query: str, plan: Plan | dict[str, Any] | None, run_id: str | None,
+                     on_event: EventCallback | None, inputs: RunInputs,
+                     setup: RunSetup) -> RunResult:
+        """A new run, on the backend this orchestrator uses, to its end."""
         if self._temporal.enabled:
             if run_id is not None:
                 check_run_id(run_id)
@@ -320,14 +326,7 @@ class Orchestrator:
         self._temporal.refuse_credentials(credentials)
         given = self._inputs(context, credentials, session_id, limits)
         call = self._workflows.call(workflow, inputs, check_synthesis(synthesis))
-        if self._temporal.enabled:
-            if run_id is not None:
-                check_run_id(run_id)
-            return await self._temporal.runs().run(call.query, plan=call.plan, run_id=run_id,
-                                                   on_event=on_event, inputs=given,
-                                                   setup=call.setup)
-        return await self._local.start_new(call.query, plan=call.plan, run_id=run_id,
-                                           on_event=on_event, inputs=given, setup=call.setup)
+        return await self._start(call.query, call.plan, run_id, on_event, given, call.setup)
 
     async def astart_workflow(
         self,
