@@ -205,6 +205,21 @@ def test_serve_with_two_workers_runs_on_both_and_stops_them_all(
     assert tools.executed == {"/quote": 6, "/pay_keyed": 6, "/receipt": 6}
 
 
+def payments_held_by_workers(url: str, tools: SideEffectTools, db_path: Path, prefix: str,
+                             count: int) -> list[int]:
+    """Start ``count`` runs (``PREFIX-N``) whose payments reach the tool and are held
+    there (``tools.hold`` set), over connections the kernel spreads over the workers;
+    the pid of the worker holding each, as the store says."""
+    for number in range(count):
+        posted = httpx.post(f"{url}/v1/runs", json={"query": "pay", "plan": PLAN,
+                                                     "run_id": f"{prefix}-{number}"}, timeout=30)
+        assert posted.status_code == 202
+    wait_for(lambda: tools.executed["/pay_keyed"] == count, timeout=20)
+    with sqlite3.connect(db_path) as db:
+        return [int(owner.split(":")[1]) for (owner,) in db.execute(
+            "SELECT lease_owner FROM dagwright_runs WHERE run_id LIKE ?", (f"{prefix}-%",))]
+
+
 def children(pid: int) -> list[int]:
     """The live worker processes ``pid`` started (multiprocessing's resource tracker, also
     a child, is not one)."""
@@ -285,14 +300,7 @@ def test_a_killed_worker_is_replaced_and_its_runs_finished_with_payments_sent_on
     with dagwright_serve(env, tmp_path / "serve.log") as (parent, url):
         workers = wait_for(lambda: len(children(parent.pid)) == 2 and children(parent.pid),
                            timeout=30)
-        for number in range(4):  # connections spread over both workers
-            posted = httpx.post(f"{url}/v1/runs", json={"query": "pay", "plan": PLAN,
-                                                         "run_id": f"k-{number}"}, timeout=30)
-            assert posted.status_code == 202
-        wait_for(lambda: tools.executed["/pay_keyed"] == 4, timeout=20)
-        with sqlite3.connect(tmp_path / "runs.db") as db:  # who holds what, by the store
-            owners = [int(owner.split(":")[1]) for (owner,) in db.execute(
-                "SELECT lease_owner FROM dagwright_runs WHERE run_id LIKE 'k-%'")]
+        owners = payments_held_by_workers(url, tools, tmp_path / "runs.db", "k", 4)
         victim = owners[0]
         assert victim in workers
         os.kill(victim, signal.SIGKILL)
@@ -361,14 +369,7 @@ def test_workers_whose_supervisor_is_killed_take_over_none_of_each_other_s_runs(
     with dagwright_serve(env, tmp_path / "serve.log") as (parent, url):
         workers = wait_for(lambda: len(children(parent.pid)) == 2 and children(parent.pid),
                            timeout=30)
-        for number in range(6):  # connections spread over both workers
-            posted = httpx.post(f"{url}/v1/runs", json={"query": "pay", "plan": PLAN,
-                                                         "run_id": f"o-{number}"}, timeout=30)
-            assert posted.status_code == 202
-        wait_for(lambda: tools.executed["/pay_keyed"] == 6, timeout=20)
-        with sqlite3.connect(tmp_path / "runs.db") as db:
-            holders = {int(owner.split(":")[1]) for (owner,) in db.execute(
-                "SELECT lease_owner FROM dagwright_runs WHERE run_id LIKE 'o-%'")}
+        holders = set(payments_held_by_workers(url, tools, tmp_path / "runs.db", "o", 6))
         if len(holders) < 2:
             pytest.skip("the kernel gave every connection to one worker")
         first, later = sorted(holders)
