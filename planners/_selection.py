@@ -190,6 +190,20 @@ class SelectionIndex:
         self._blocks: dict[int, str] = {}
         self._abridged: dict[int, str] = {}
         self._fits: dict[int, bool] = {}  # budget -> whether the whole catalog fits
+        self._whole: dict[int, Selection] = {}  # budget -> the selection of every capability
+
+    def whole(self, budget_chars: int) -> Selection:
+        """The selection that offers every capability in full (when they fit): the same
+        for every query, so made once per budget and shared by the runs that use it (it
+        is read, never changed)."""
+        selection = self._whole.get(budget_chars)
+        if selection is None:
+            caps = self.capabilities
+            rendered = {c.key: self.block(i) for i, c in enumerate(caps)}
+            used = sum(len(t) + _SEPARATOR for t in rendered.values()) - _SEPARATOR
+            selection = Selection(list(caps), rendered, max(used, 0), budget_chars, False, caps)
+            self._whole[budget_chars] = selection
+        return selection
 
     def block(self, position: int) -> str:
         text = self._blocks.get(position)
@@ -324,9 +338,7 @@ def select(
     caps = index.capabilities
     limit = max_capabilities if max_capabilities is not None else len(caps)
     if len(caps) <= limit and index.fits_whole(budget_chars):
-        rendered = {c.key: index.block(i) for i, c in enumerate(caps)}
-        used = sum(len(t) + _SEPARATOR for t in rendered.values()) - _SEPARATOR
-        return Selection(list(caps), rendered, max(used, 0), budget_chars, False, caps)
+        return index.whole(budget_chars)
 
     totals = index.ranking.scores(query)
     ranked = index.ranking.ranked(query, totals) if order is None else order

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from functools import lru_cache
 from typing import Any
 
 from pydantic import ValidationError
@@ -68,11 +69,22 @@ def plan_response_schema(capabilities: Iterable[Capability] | None = None) -> di
 
     A provider that enforces the schema (grammar-constrained decoding) then cannot emit a
     tool the prompt did not list; one that does not loses nothing.
+
+    The schema is shared, not a copy: one per set of offered tools and names, reused by
+    every run that offers them (a copy per run was ten containers each run kept alive
+    through its LLM call, for the garbage collector to walk). Callers never change it
+    (:func:`~planners._catalog_request.allow_request` widens a copy).
     """
-    schema = json.loads(_PLAN_RESPONSE_SCHEMA_JSON)  # a fresh copy, ~5× cheaper than deepcopy
     caps = list(capabilities or [])
-    if caps:
+    return _schema_offering(tuple(sorted({c.tool for c in caps})),
+                            tuple(sorted({c.name for c in caps})))
+
+
+@lru_cache(maxsize=256)
+def _schema_offering(tools: tuple[str, ...], names: tuple[str, ...]) -> dict[str, Any]:
+    schema: dict[str, Any] = json.loads(_PLAN_RESPONSE_SCHEMA_JSON)
+    if tools:
         props = schema["properties"]["steps"]["items"]["properties"]
-        props["tool"]["enum"] = sorted({c.tool for c in caps})
-        props["capability"]["enum"] = sorted({c.name for c in caps})
+        props["tool"]["enum"] = list(tools)
+        props["capability"]["enum"] = list(names)
     return schema
