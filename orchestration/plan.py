@@ -132,9 +132,22 @@ def parse_references(text: str) -> list[Reference]:
 
 
 def whole_reference(text: str) -> Reference | None:
-    """The reference if ``text`` is exactly one reference (keeps its JSON type)."""
+    """The reference if ``text`` is exactly one reference (keeps its JSON type); parsed
+    once per process, as :func:`_references_in` (a step's dependencies, its checks and
+    its binding each ask)."""
+    if "{{" not in text:
+        return None
+    if len(text) > _CACHED_TEXT_CHARS:
+        return _whole_reference(text)
+    return _cached_whole_reference(text)
+
+
+def _whole_reference(text: str) -> Reference | None:
     m = _WHOLE_REFERENCE_RE.match(text)
     return Reference(m.group(1), _parse_path(m.group(2)), m.group(0).strip()) if m else None
+
+
+_cached_whole_reference = functools.lru_cache(maxsize=4096)(_whole_reference)
 
 
 def iter_strings(value: Any, path: str = "$") -> Iterator[tuple[str, str]]:
@@ -469,11 +482,12 @@ def step_issues(
     texts: list[tuple[str, str]] = []
     _reference_texts(step.params, "$", texts)
     for path, text in texts:
-        for bad in _unknown_braces(text):
-            issues.append(PlanIssue(step.id, _malformed_reference(path, bad)))
         found = parsed.get(text)
         if found is None:
             found = parsed[text] = ParsedText(text)
+        if found.whole is None:  # a text that is one reference has no other braces
+            for bad in _unknown_braces(text):
+                issues.append(PlanIssue(step.id, _malformed_reference(path, bad)))
         refs = (found.whole,) if found.whole is not None else _references_in(text)
         for ref in refs:
             if ref.earlier:

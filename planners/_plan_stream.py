@@ -122,7 +122,8 @@ class PlanStream:
     def _take(self, scanned: ScannedStep, ready: list[Step]) -> None:
         where = f"step {scanned.index + 1} of the plan"
         try:
-            data = decode(scanned.text, max_depth=max(1, self.max_depth - scanned.enclosing))
+            data = (scanned.value if scanned.decoded else
+                    decode(scanned.text, max_depth=max(1, self.max_depth - scanned.enclosing)))
             step = Step.model_validate(data)
         except UnreadableJSON as exc:
             self.doomed = f"{where} cannot be read: {exc}"

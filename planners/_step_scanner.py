@@ -35,6 +35,9 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from typing import Any
+
+from orchestration._json import decode_at
 
 __all__ = ["ScannedStep", "StepScanner"]
 
@@ -60,11 +63,34 @@ _MAX_KEY_CHARS = 64
 @dataclass(frozen=True, slots=True)
 class ScannedStep:
     """One complete element of the step array: its JSON text, its position (0-based) and
-    how many containers enclose it (the depth budget its own nesting must leave)."""
+    how many containers enclose it (the depth budget its own nesting must leave); and,
+    when the scanner read it whole at once, its value (``decoded``), read as
+    :func:`~orchestration._json.decode` reads the text within that budget."""
 
     index: int
     text: str
     enclosing: int
+    value: Any = None
+    decoded: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Whole:
+    """An element read whole (:meth:`StepScanner._whole_element`): where it ends, and
+    the step (None when a bound stopped the scanner at it)."""
+
+    end: int
+    step: ScannedStep | None
+
+
+_FEW_CHARS = 24
+"""An element cannot fit in fewer characters than this (``{"id":"a","tool":"t",...``):
+with no more left in the piece, it is not tried whole (a model's stream of a few
+characters a piece would only pay for a failed decode per element)."""
+
+
+def end_of_piece_is_near(piece: str, at: int) -> bool:
+    return len(piece) - at < _FEW_CHARS
 
 
 @dataclass(slots=True)
@@ -181,6 +207,12 @@ class StepScanner:
                     self._expect_element = True
             elif char in "{[":
                 if len(self._stack) == self._steps_level and char == "{":
+                    whole = self._whole_element(piece, at)
+                    if whole is not None:
+                        i = whole.end
+                        if whole.step is not None:
+                            out.append(whole.step)
+                        continue
                     self._element, self._element_chars, element_from = [], 0, at
                 self._open(char, top)
             else:  # } or ]
@@ -214,6 +246,30 @@ class StepScanner:
             if sum(map(len, self._key)) > _MAX_KEY_CHARS:
                 self._key = [""]  # too long to be a key that matters; keep skipping it
         return out
+
+    def _whole_element(self, piece: str, at: int) -> _Whole | None:
+        """The element that begins at ``at``, when the piece holds all of it: decoded in
+        one C pass (where it ends and its value at once), instead of walked bracket by
+        bracket and decoded again. None when it is not whole in this piece or is not
+        acceptable JSON: it is then walked as any element is (a cut element's next
+        pieces, and the bounds and errors of a bad one, stay the walker's)."""
+        if end_of_piece_is_near(piece, at):
+            return None
+        assert self._steps_level is not None
+        try:
+            value, end = decode_at(piece, at, max_depth=max(1, self.max_depth - self._steps_level))
+        except (ValueError, RecursionError):
+            return None
+        if end - at > self.max_element_chars:
+            self.failed = (f"step {self._count + 1} is longer than "
+                           f"{self.max_element_chars} characters")
+            return _Whole(end, None)
+        if self._count >= self.max_steps:
+            self.failed = f"the plan has more than {self.max_steps} steps"
+            return _Whole(end, None)
+        step = ScannedStep(self._count, piece[at:end], self._steps_level, value, True)
+        self._count += 1
+        return _Whole(end, step)
 
     def _open(self, char: str, parent: _Frame | None) -> None:
         path: tuple[str, ...] = ()

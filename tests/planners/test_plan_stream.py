@@ -28,7 +28,11 @@ def scan(text: str, cuts: list[int] | None = None, **limits: int) -> tuple[list[
     bounds = sorted({0, len(text), *(cuts if cuts is not None else range(len(text)))})
     found: list[Any] = []
     for start, end in itertools.pairwise(bounds):
-        found += [json.loads(s.text) for s in scanner.feed(text[start:end])]
+        for step in scanner.feed(text[start:end]):
+            value = json.loads(step.text)
+            if step.decoded:  # read whole at once: its value is what its text decodes to
+                assert step.value == value and json.dumps(step.value) == json.dumps(value)
+            found.append(value)
     return found, scanner
 
 
@@ -69,6 +73,23 @@ def test_a_step_is_returned_as_soon_as_its_object_closes() -> None:
     assert json.loads(first.text) == STEPS[0] and first.index == 0 and first.enclosing == 2
 
 
+def test_a_step_whole_in_one_piece_is_read_as_the_final_parse_reads_it() -> None:
+    # the same value as the bounded decoder gives for its text: the last of a duplicate
+    # key, big integers exact; a number that overflows is left to that decoder, which
+    # refuses it (the step is then not handed back, and the answer is refused at the end)
+    text = ('{"steps": [{"id": "a", "id": "b", "tool": "geo", "capability": "locate", '
+            '"params": {"city": "x", "n": 123456789012345678901234567890}}, '
+            '{"id": "c", "tool": "geo", "capability": "locate", "params": {"f": 1e999}}]}')
+    scanner = StepScanner(max_depth=64, max_steps=10)
+    first, second = scanner.feed(text)
+    assert first.decoded and first.value["id"] == "b"
+    assert first.value["params"]["n"] == 123456789012345678901234567890
+    assert not second.decoded and json.loads(second.text)["params"]["f"] == float("inf")
+    reader = PlanStream(catalog(), max_steps=10, max_depth=64, check_references=False)
+    assert reader.feed(text) == []  # nothing more of an answer that cannot be accepted
+    assert reader.doomed is not None and "does not fit a float" in reader.doomed
+
+
 def test_an_escape_cut_between_backslash_and_quote_stays_inside_the_string() -> None:
     text = json.dumps([{"id": "a", "tool": "t", "capability": "c", "params": {"q": 'x"}]'}}])
     cut = text.index('\\"') + 1  # the piece ends with the backslash
@@ -86,10 +107,11 @@ def test_an_escape_cut_between_backslash_and_quote_stays_inside_the_string() -> 
     ('{"steps": [{"id": "' + "x" * 200 + '"}]}', {"max_element_chars": 100},
      "longer than 100 characters"),
 ])
+@pytest.mark.parametrize("whole", [False, True], ids=["char by char", "in one piece"])
 def test_the_scanner_stops_on_what_the_final_parse_refuses(
-    text: str, limits: dict[str, int], reason: str
+    text: str, limits: dict[str, int], reason: str, whole: bool
 ) -> None:
-    found, scanner = scan(text, **limits)
+    found, scanner = scan(text, [] if whole else None, **limits)
     assert scanner.failed is not None and reason in scanner.failed
     assert len(found) <= limits.get("max_steps", 1)
 
