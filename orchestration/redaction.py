@@ -267,18 +267,62 @@ class Redactor:
         null are kept, keys are never changed), so a document stays the same document."""
         if isinstance(value, str):
             return self.redact(value)
-        if isinstance(value, Mapping):
-            return {k: (_mask_strings(v) if isinstance(k, str) and _sensitive_name(k)
-                        else self.redact_value(v))
-                    for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [self.redact_value(v) for v in value]
-        return value
+        return _ValueWalk(self).value(value)
 
 
 _REMEMBERED_CHARS = 512
 """Texts up to this long are redacted once per set of known secrets."""
 _REMEMBERED = 16_384
+
+
+class _ValueWalk:
+    """One :meth:`Redactor.redact_value` of a document: the known secrets read once for
+    the whole walk (not once per string) and the plain JSON types tested by exact type
+    before the abstract ``Mapping`` (a service redacts every answer it sends: a run's
+    result is a few hundred values)."""
+
+    __slots__ = ("done", "redactor")
+
+    def __init__(self, redactor: Redactor) -> None:
+        self.redactor = redactor
+        literals = redactor._refresh_literals()
+        if literals is not redactor._done_for:
+            redactor._done = {}
+            redactor._done_for = literals
+        self.done = redactor._done
+
+    def text(self, text: str) -> str:
+        done = self.done.get(text)
+        if done is not None:
+            return done
+        return self.redactor.redact(text)
+
+    def value(self, value: Any) -> Any:
+        kind = type(value)
+        if kind is str:
+            return self.text(value)
+        if kind is dict:
+            return self.mapping(value)
+        if kind is list:
+            return [self.value(v) for v in value]
+        if kind in _ATOMS:
+            return value
+        # the same, for subclasses and other mappings and sequences
+        if isinstance(value, str):
+            return self.redactor.redact(value)
+        if isinstance(value, Mapping):
+            return self.mapping(value)
+        if isinstance(value, list | tuple):
+            return [self.value(v) for v in value]
+        return value
+
+    def mapping(self, value: Mapping[Any, Any]) -> dict[Any, Any]:
+        return {k: (_mask_strings(v) if isinstance(k, str) and _sensitive_name(k)
+                    else self.value(v))
+                for k, v in value.items()}
+
+
+_ATOMS = frozenset({int, float, bool, type(None)})
 
 
 @functools.lru_cache(maxsize=4096)
