@@ -322,3 +322,29 @@ def test_a_hostile_error_message_does_not_stall_sibling_steps() -> None:
     result = orch.run("q", plan=plan)
     assert time.perf_counter() - started < 1.5
     assert result.steps["ok"].status == "succeeded"
+
+
+def test_a_value_is_redacted_whatever_types_carry_its_strings_and_keys() -> None:
+    # a service's documents are dicts and lists of str, but a value may come with str
+    # subclasses (enums), tuples, list subclasses and read-only mappings: each is walked
+    # (the fast path for the plain types must not skip the others)
+    import enum
+    from types import MappingProxyType
+
+    class Key(enum.StrEnum):
+        SECRET = "api_key"
+        PLAIN = "name"
+
+    class Items(list[Any]):
+        pass
+
+    redactor = Redactor(literals=["hunter22secret"])
+    value = {Key.SECRET: "visible?", Key.PLAIN: Key.PLAIN, "nested": (
+        Items(["hunter22secret in a list subclass", 3]),
+        MappingProxyType({"password": ["a", {"x": "b"}], "n": 1.5, "ok": None}),
+    ), "flag": True}
+    assert redactor.redact_value(value) == {
+        Key.SECRET: MASK, Key.PLAIN: "name", "nested": [
+            [f"{MASK} in a list subclass", 3],
+            {"password": [MASK, {"x": MASK}], "n": 1.5, "ok": None},
+        ], "flag": True}
