@@ -60,7 +60,7 @@ async def healthz(request: Request) -> Response:
 
 async def metrics(request: Request) -> Response:
     """The orchestrator's metrics in the Prometheus text format (every worker's, summed,
-    with ``PROMETHEUS_MULTIPROC_DIR``)."""
+    with ``PROMETHEUS_MULTIPROC_DIR``, which ``dagwright serve --workers`` sets)."""
     manager: RunManager = request.app.state.runs
     registry = (multiprocess_registry() if os.environ.get(MULTIPROC_ENV)
                 else manager.orchestrator.telemetry.metrics.registry)

@@ -8,6 +8,11 @@ burst of clients lands mostly on one process. Each worker builds its own orchest
 and app from the same ``ORCH_*`` settings (:func:`worker_app`, the factory uvicorn
 imports in the worker); they share nothing but the run store, through which any worker
 answers for any run (``docs/serve.md``).
+
+Each worker records its metrics as a single process does, and prometheus-client writes
+them to files in ``PROMETHEUS_MULTIPROC_DIR``, where any worker's ``/metrics`` sums them
+(:func:`worker_metrics_dir`): the supervisor makes a private directory for them unless the
+operator named one.
 """
 
 from __future__ import annotations
@@ -15,15 +20,18 @@ from __future__ import annotations
 import functools
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
+import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from types import FrameType
 from typing import Any
 
+from prometheus_client.multiprocess import mark_process_dead
 from starlette.applications import Starlette
 from uvicorn.config import STARTUP_FAILURE, Config
 from uvicorn.supervisors.multiprocess import Multiprocess, Process
@@ -35,8 +43,10 @@ from orchestration.server._app import create_app
 from orchestration.server._gc import tune_collector
 from orchestration.server._security import LOOPBACK_HOSTS, is_loopback
 from orchestration.server._tenants import read_tenants
+from orchestration.telemetry.serving import MULTIPROC_ENV
 
-__all__ = ["WorkerSupervisor", "reuse_port_sockets", "serve_app", "worker_app"]
+__all__ = ["WorkerSupervisor", "reuse_port_sockets", "serve_app", "worker_app",
+           "worker_metrics_dir"]
 
 
 def serve_app(config: OrchestratorConfig, orchestrator: Orchestrator) -> Starlette:
@@ -139,16 +149,68 @@ def reuse_port_sockets(bound: socket.socket, count: int, backlog: int) -> list[s
     return sockets
 
 
+@contextmanager
+def worker_metrics_dir() -> Iterator[str]:
+    """The directory the workers' metric files go to, in ``PROMETHEUS_MULTIPROC_DIR`` for
+    the workers to inherit: the operator's, left as it is, or else a private one (mode
+    0700) made here and removed, with everything in it, when the block ends.
+
+    prometheus-client chooses between in-memory and file-backed values once, when a
+    process first imports it; the workers are spawned (a fresh interpreter each), so a
+    variable set here, before they start, is there when they import it. Without it each
+    worker's ``/metrics`` would answer with its own counters only, and a scrape would see
+    them jump from one worker's to another's."""
+    given = os.environ.get(MULTIPROC_ENV) or os.environ.get(MULTIPROC_ENV.lower())
+    if given:
+        yield given
+        return
+    previous = os.environ.get(MULTIPROC_ENV)  # set, but empty
+    made = tempfile.mkdtemp(prefix="dagwright-metrics-")  # mode 0700
+    os.environ[MULTIPROC_ENV] = made
+    try:
+        yield made
+    finally:
+        if previous is None:
+            os.environ.pop(MULTIPROC_ENV, None)
+        else:
+            os.environ[MULTIPROC_ENV] = previous
+        shutil.rmtree(made, ignore_errors=True)
+
+
+class _Worker(Process):
+    """A worker process whose live gauges stop counting once it has ended."""
+
+    def __init__(self, config: Config, sockets: list[socket.socket],
+                 metrics_dir: str | None) -> None:
+        super().__init__(config, sockets)
+        self.metrics_dir = metrics_dir
+
+    def join(self) -> None:
+        """Wait for the worker to end, then drop its ``live*`` gauge files (its counters
+        and histograms stay: what it did still counts in the server's totals)."""
+        super().join()
+        if self.metrics_dir is not None and self.pid is not None:
+            mark_process_dead(self.pid, self.metrics_dir)
+
+
 class WorkerSupervisor(Multiprocess):
     """uvicorn's supervisor, each worker on a socket of its own (``sockets[i]`` for the
-    ``i``-th worker, and for the worker that replaces it)."""
+    ``i``-th worker, and for the worker that replaces it), all recording their metrics in
+    one directory (:func:`worker_metrics_dir`) for as long as it runs."""
 
     def __init__(self, config: Config, sockets: list[socket.socket]) -> None:
-        super().__init__(config, sockets)
+        super().__init__(config, sockets)  # from here SIGINT/SIGTERM end run() normally
         self.processes_num = len(sockets)
+        self.metrics_dir: str | None = None
+
+    def run(self) -> None:
+        """Serve until told to stop; the workers have all ended (and a directory made for
+        their metrics is removed) when it returns."""
+        with worker_metrics_dir() as self.metrics_dir:
+            super().run()
 
     def _process(self, index: int) -> Process:
-        return Process(self.config, [self.sockets[index]])
+        return _Worker(self.config, [self.sockets[index]], self.metrics_dir)
 
     def init_processes(self) -> None:
         self.processes.extend(self._started(index) for index in range(self.processes_num))

@@ -112,7 +112,11 @@ class Metrics:
         self.circuit_state = Gauge(
             "orchestration_circuit_state",
             "Circuit breaker state per tool: 0 closed, 1 open, 2 half-open.", ["tool"],
-            registry=r)
+            # several worker processes (PROMETHEUS_MULTIPROC_DIR): the highest value among
+            # the live ones (above 0 while any worker's breaker is not closed), one series
+            # per tool as the dashboard and alerts read it (the default, "all", would add
+            # a pid label and keep the states of workers that are gone)
+            multiprocess_mode="livemax", registry=r)
         self.circuit_transitions = Counter(
             "orchestration_circuit_transitions",
             "Circuit breaker state changes per tool, by the state entered.", ["tool", "state"],

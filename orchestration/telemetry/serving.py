@@ -7,7 +7,8 @@ A service that already exposes metrics passes its own ``CollectorRegistry`` to t
 With several worker processes (gunicorn, uvicorn ``--workers``), each process has its
 own counters; set ``PROMETHEUS_MULTIPROC_DIR`` to an empty directory before the workers
 start, and :func:`serve_metrics` (called once, in any one process) serves the sum over
-all workers. See ``docs/observability.md``.
+all workers. ``dagwright serve --workers`` sets it for its workers itself. See
+``docs/observability.md``.
 """
 
 from __future__ import annotations
