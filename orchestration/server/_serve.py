@@ -126,6 +126,7 @@ def _serve_workers(config: OrchestratorConfig, workers: int, sock: socket.socket
     worker that dies and stops them all on SIGINT/SIGTERM). Each builds its app from the
     environment, so what the command line chose goes there first."""
     os.environ["ORCH_SERVE_HOST"] = config.serve_host
+    os.environ["ORCH_LOG_LEVEL"] = config.log_level  # -q / -v of the command line
     uvicorn_config = uvicorn.Config(
         "orchestration.server._workers:worker_app", factory=True, workers=workers,
         log_level=config.log_level.lower(), lifespan="on",

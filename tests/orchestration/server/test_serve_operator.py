@@ -1,5 +1,6 @@
 """``dagwright serve`` as an operator starts it: the span exporter of ``ORCH_OTEL_EXPORTER``
-(as ``dagwright run`` and ``worker`` have it), with one process and with ``--workers 2``."""
+(as ``dagwright run`` and ``worker`` have it) and the ``-q``/``-v`` its help offers, with one
+process and with ``--workers 2``."""
 
 from __future__ import annotations
 
@@ -83,3 +84,24 @@ def test_serve_exports_spans_as_ORCH_OTEL_EXPORTER_says(tmp_path: Path,
     spans = (tmp_path / "serve.err").read_text()
     assert f'"trace_id": "0x{result["trace_id"]}"' in spans  # exported by the time it stopped
     assert '"name": "invoke_agent dagwright"' in spans
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+def test_serve_quiet_logs_errors_only_and_the_default_logs_each_run(
+    tmp_path: Path, workers: list[str],
+) -> None:
+    env = server_env(tmp_path)
+    with serving(env, *workers) as url:
+        run_once(url)
+    assert "run started" in (tmp_path / "serve.err").read_text()  # INFO: a service's default
+
+    with serving(env, "-q", *workers) as url:
+        run_once(url)
+    assert "run started" not in (tmp_path / "serve.err").read_text()
+
+
+def test_serve_verbose_wins_over_ORCH_LOG_LEVEL(tmp_path: Path) -> None:
+    env = server_env(tmp_path, ORCH_LOG_LEVEL="ERROR")
+    with serving(env, "-v") as url:
+        run_once(url)
+    assert "run started" in (tmp_path / "serve.err").read_text()
