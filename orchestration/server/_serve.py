@@ -66,6 +66,8 @@ def serve(*, host: str | None = None, port: int | None = None, insecure: bool = 
     workers = config.serve_workers if workers is None else workers
     if workers < 1:
         raise ConfigError(f"--workers {workers}: give at least 1")
+    if not 0 <= port <= 65535:  # the resolver would wrap it: 99999 is port 34463
+        raise ConfigError(f"--port {port}: give a port from 1 to 65535, or 0 for any free one")
     if workers > 1 and config.store_url.strip().lower().startswith("memory:"):
         # each process would keep its runs to itself: a run started through one worker
         # would be unknown (404) to the others, and never taken over if its worker died
