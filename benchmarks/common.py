@@ -228,11 +228,25 @@ def section_preamble(title: str, module: str, argv: Sequence[str], facts: dict[s
 
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--quick``, ``--report PATH`` and ``--no-report``, the same for every script."""
-    parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
-    parser.add_argument("--report", type=Path, default=DEFAULT_REPORT,
-                        help=f"Markdown report to update (default {DEFAULT_REPORT})")
+    """``--quick``, ``--report PATH`` and ``--no-report``, the same for every script; read
+    them with :func:`parse_args`."""
+    parser.add_argument("--quick", action="store_true",
+                        help="small sizes, a few seconds; prints only, unless --report")
+    parser.add_argument("--report", type=Path, default=None,
+                        help=f"Markdown report to update (default {DEFAULT_REPORT}, not "
+                        "with --quick)")
     parser.add_argument("--no-report", action="store_true", help="print only")
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``parser``'s arguments, with the report settled: ``--quick`` figures (tiny sizes)
+    never replace the published ones in docs/benchmarks.md unless ``--report`` says where
+    they go."""
+    args = parser.parse_args(argv)
+    if args.report is None:
+        args.report = DEFAULT_REPORT
+        args.no_report = args.no_report or args.quick
+    return args
 
 
 def fmt(value: float, digits: int = 1) -> str:

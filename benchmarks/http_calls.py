@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, help="interleaved repeats (default 3)")
     parser.add_argument("--profile", choices=("auto", "always", "never"), default="auto",
                         help="profile dagwright when it misses the target (auto)")
-    args = parser.parse_args(argv)
+    args = common.parse_args(parser, argv)
 
     levels = args.concurrency or ([1, 4] if args.quick else [1, 8, 32])
     delays = args.delays if args.delays is not None else ([0.0] if args.quick else [0.0, 5.0])

@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="latency before the first token (default 0.4 s)")
     parser.add_argument("--repeats", type=int, default=20, help="runs per configuration")
     common.add_report_arguments(parser)
-    args = parser.parse_args(argv)
+    args = common.parse_args(parser, argv)
     if args.quick:
         args.tokens_per_s, args.first_token_s, args.repeats = 2000.0, 0.02, 3
     load = os.getloadavg()[0]

@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                              "'' for none; --quick: none)")
     parser.add_argument("--stream-repeats", type=int, default=3,
                         help="repeats of the streaming_plan runs (default 3)")
-    args = parser.parse_args(argv)
+    args = common.parse_args(parser, argv)
     steps = args.steps or (100 if args.quick else 1000)
     repeats = args.repeats or (1 if args.quick else 9)
     reference = args.reference if args.reference is not None else ("" if args.quick else REFERENCE)

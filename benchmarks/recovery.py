@@ -509,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="scale every transient fault rate by this factor (1.0)")
     parser.add_argument("--plot", type=Path, help="PNG path (default docs/img/recovery_ablation.png "
                         "next to the report)")
-    args = parser.parse_args(argv)
+    args = common.parse_args(parser, argv)
 
     all_items = scenarios()
     items = all_items[: args.scenarios] if args.scenarios else (

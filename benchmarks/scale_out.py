@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     common.add_report_arguments(parser)
     parser.add_argument("--runs", type=int, help="runs in the batch (default 200)")
     parser.add_argument("--tool-ms", type=float, default=20.0, help="the tool's service time")
-    args = parser.parse_args(argv)
+    args = common.parse_args(parser, argv)
     n = args.runs or (12 if args.quick else 200)
     warmup = max(2, n // 10)
     facts = common.machine_facts()

@@ -886,7 +886,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=argparse.SUPPRESS)
     parser.add_argument("--memory-mode", choices=("rss", "tracemalloc"), default="rss",
                         help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    args = common.parse_args(parser, argv)
 
     if args.memory_child:
         print(json.dumps(memory_child(args.memory_child, args.memory_steps or 10_000,

@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, help="steps per run (default 1000)")
     parser.add_argument("--repeats", type=int, help="runs per store (default 7)")
     parser.add_argument("--no-postgres", action="store_true", help="skip PostgreSQL")
-    args = parser.parse_args(argv)
+    args = common.parse_args(parser, argv)
     n = args.steps or (60 if args.quick else 1000)
     repeats = args.repeats or (2 if args.quick else 7)
     facts = common.machine_facts()

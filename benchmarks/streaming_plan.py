@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="runs per configuration")
     parser.add_argument("--providers", default="openai,anthropic")
     common.add_report_arguments(parser)
-    args = parser.parse_args(argv)
+    args = common.parse_args(parser, argv)
     scale = 1.0
     if args.quick:
         args.tokens_per_s, args.first_token_s, args.repeats, scale = 1000.0, 0.05, 1, 0.1

@@ -484,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-serve", action="store_true", help="leave dagwright serve out")
     parser.add_argument("--repeats", type=int, help="interleaved repeats of every row "
                         "(default 3; --quick: 1)")
-    args = parser.parse_args(argv)
+    args = common.parse_args(parser, argv)
     tool_ms = (float(args.tool_ms[0]), float(args.tool_ms[1]))
     n = args.runs or (20 if args.quick else 1000)
     latency = args.llm_latency if not (args.quick and "--llm-latency" not in argv) else 0.02

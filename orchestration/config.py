@@ -400,7 +400,9 @@ class OrchestratorConfig(BaseSettings):
         "127.0.0.1", description="Address /metrics listens on (CLI and worker): loopback "
         "unless set, e.g. 0.0.0.0 in a container Prometheus scrapes from outside.")
     log_format: Literal["text", "json"] = Field("text", description="Log record format.")
-    log_level: str = Field("INFO", description="Log level of the CLI.")
+    log_level: str = Field("INFO", description="Log level of `dagwright serve` and `worker` "
+                           "(INFO unless set), and of the other commands when set (else "
+                           "WARNING: their live progress says the rest); -q and -v win.")
     llm_debug_enabled: bool = Field(False, description="Keep full LLM prompts and answers.")
     llm_debug_path: Path = Field(
         Path("dagwright-llm-debug.jsonl"), description="JSONL file of the LLM debug store."

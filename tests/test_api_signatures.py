@@ -56,3 +56,37 @@ def test_a_documented_call_matches_the_code(name: str) -> None:
         if "*," in arguments or "*, " in arguments:
             assert keyword_only <= named, (
                 f"catalog.{name}: keyword-only, not documented: {keyword_only - named}")
+
+
+ORCH_CALL = re.compile(r"^(?:async for \w+ in |await |[\w\s=]*= )?orch\.(\w+)\(", re.M)
+
+
+def documented_orchestrator_calls() -> dict[str, list[str]]:
+    """Each ``orch.name(...)`` call of the Orchestrator block, as :func:`documented`."""
+    calls: dict[str, list[str]] = {}
+    for match in ORCH_CALL.finditer(API):
+        depth, end = 1, match.end()
+        while depth:
+            depth += {"(": 1, ")": -1}.get(API[end], 0)
+            end += 1
+        calls.setdefault(match.group(1), []).append(API[match.end():end - 1])
+    return calls
+
+
+def test_the_run_entry_points_are_documented() -> None:
+    """A new user found ``orch.astream`` in the README and events.md but not on the API
+    page, and ``run``/``arun`` documented without ``run_id`` and ``on_event``."""
+    calls = documented_orchestrator_calls()
+    assert {"run", "arun", "astart", "astream", "get_events", "acancel", "resume"} <= set(calls)
+    for name in ("run", "arun", "astream"):
+        assert any({"run_id", "plan"} <= keywords(arguments) for arguments in calls[name]), name
+
+
+@pytest.mark.parametrize("name", sorted(documented_orchestrator_calls()))
+def test_a_documented_orchestrator_call_matches_the_code(name: str) -> None:
+    from orchestration import Orchestrator
+
+    real = set(inspect.signature(getattr(Orchestrator, name)).parameters)
+    for arguments in documented_orchestrator_calls()[name]:
+        named = keywords(arguments)
+        assert named <= real, f"orch.{name}: documented but not in the code: {named - real}"

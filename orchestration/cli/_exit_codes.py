@@ -23,7 +23,8 @@ EXIT_CODES: dict[int, str] = {
     EXIT_EVAL_GATE: "eval: the gate failed — a regression against --baseline (a pass rate "
                     "below the baseline's interval, or a case that passed now fails) or a pass "
                     "rate under --min-pass-rate",
-    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C); a run stays running in the run store: "
+                      "`dagwright resume RUN_ID` continues it",
     EXIT_CLOSED_PIPE: "stdout was closed before the output ended (`| head`); the rest of "
                       "the output was dropped quietly",
 }

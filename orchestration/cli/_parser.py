@@ -40,13 +40,14 @@ def epilog() -> str:
             "them); docs/troubleshooting.md explains every error message.")
 
 
-def add_verbosity(parser: argparse.ArgumentParser, default: Any) -> None:
+def add_verbosity(parser: argparse.ArgumentParser, default: Any, *,
+                  usual: str = "warnings and errors, or ORCH_LOG_LEVEL when set") -> None:
     """``-q``/``-v``: on the main parser (``dagwright -v run``) and on ``run`` itself
-    (``dagwright run -v``), where ``default`` is SUPPRESS so as not to undo the first."""
+    (``dagwright run -v``), where ``default`` is SUPPRESS so as not to undo the first.
+    ``usual``: what is logged without either (a server's default is ORCH_LOG_LEVEL's)."""
     group = parser.add_mutually_exclusive_group()
     group.add_argument("-v", "--verbose", action="count", default=default if default else 0,
-                       help="more log lines on stderr: -v INFO, -vv DEBUG (default: "
-                       "warnings and errors, or ORCH_LOG_LEVEL when set)")
+                       help=f"more log lines on stderr: -v INFO, -vv DEBUG (default: {usual})")
     group.add_argument("-q", "--quiet", action="store_true",
                        default=default if default else False,
                        help="no live progress on stderr and only error log lines; the "
@@ -66,6 +67,17 @@ def log_level(args: argparse.Namespace, config: OrchestratorConfig) -> str:
     if verbose:
         return "DEBUG" if verbose > 1 else "INFO"
     return config.log_level if "log_level" in config.model_fields_set else "WARNING"
+
+
+def server_log_level(args: argparse.Namespace, config: OrchestratorConfig) -> str:
+    """The log level of a long-running command (``serve``, ``worker``): -q errors, -v
+    INFO, -vv DEBUG, else ORCH_LOG_LEVEL (INFO unless set: a service logs each run)."""
+    verbose = int(getattr(args, "verbose", 0) or 0)
+    if quiet(args):
+        return "ERROR"
+    if verbose:
+        return "DEBUG" if verbose > 1 else "INFO"
+    return config.log_level
 
 
 def verbosity_everywhere(sub: Any) -> None:

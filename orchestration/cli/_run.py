@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from pathlib import Path
 from typing import TextIO
 
@@ -106,6 +107,10 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
             else:
                 result = orch.run(args.query, on_event=on_event, synthesis=args.synthesis,
                                   **in_context)
+        except KeyboardInterrupt:
+            if announced:
+                say_how_to_go_on(announced[0], config)
+            raise
         finally:
             orch.close()  # MCP servers the catalog started
     finally:
@@ -125,6 +130,17 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
             out.write(f"  trace: {result.trace_id}\n")
         write_next_steps(result, out, args.credentials_file)
     return exit_code_of(result)
+
+
+def say_how_to_go_on(run_id: str, config: OrchestratorConfig) -> None:
+    """After Ctrl-C: the run stopped as a crash would and stays ``running`` in the store,
+    where ``dagwright resume`` finds it (a memory:// store kept nothing)."""
+    if config.store_url.strip().lower().startswith("memory:"):
+        then = "nothing of it was kept (ORCH_STORE_URL=memory://)"
+    else:
+        then = (f"it stays `running` in the run store: `dagwright resume {run_id}` continues "
+                "it (finished steps are not run again)")
+    print(f"dagwright: run {run_id} was interrupted; {then}", file=sys.stderr, flush=True)
 
 
 def workflow_inputs(args: argparse.Namespace) -> dict[str, str]:

@@ -7,7 +7,7 @@ import argparse
 from typing import TextIO
 
 from orchestration._extras import needs_extra
-from orchestration.cli._parser import Commands
+from orchestration.cli._parser import Commands, add_verbosity, server_log_level
 from orchestration.config import OrchestratorConfig
 from orchestration.errors import DagwrightError
 
@@ -21,13 +21,24 @@ def register(commands: Commands) -> None:
                       help="allow a non-loopback address without ORCH_SERVE_TOKEN")
     http.add_argument("--workers", type=int, help="processes on the socket, sharing the run "
                       "store (default: ORCH_SERVE_WORKERS, 1)")
+    add_verbosity(http, argparse.SUPPRESS, usual=SERVER_LOGS)
     http.set_defaults(fn=cmd_serve)
     worker = commands.add_parser("worker", help="host runs on Temporal: poll the task queue "
                                  "for run workflows and their tool and LLM calls (needs "
                                  "ORCH_CATALOG; see docs/scale-out.md)")
     worker.add_argument("--identity", help="this worker's name in Temporal (default host:pid)")
     worker.add_argument("--task-queue", help="the task queue (default ORCH_TEMPORAL_TASK_QUEUE)")
+    add_verbosity(worker, argparse.SUPPRESS, usual=SERVER_LOGS)
     worker.set_defaults(fn=cmd_worker)
+
+
+SERVER_LOGS = "ORCH_LOG_LEVEL, INFO unless set: a line as each run starts and ends"
+
+
+def with_log_level(args: argparse.Namespace, config: OrchestratorConfig) -> OrchestratorConfig:
+    """``config`` with the level -q/-v ask for: a long-running command's logs are all it
+    says, and its processes (each worker of --workers) read the level from there."""
+    return config.model_copy(update={"log_level": server_log_level(args, config)})
 
 
 def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
@@ -36,7 +47,8 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     except ImportError as exc:
         raise DagwrightError(needs_extra("dagwright serve", "serve", exc.name)) from exc
     return serve(host=args.host, port=args.port, insecure=args.insecure,
-                 workers=args.workers, out=out)
+                 workers=args.workers, config=with_log_level(args, OrchestratorConfig()),
+                 out=out)
 
 
 def cmd_worker(args: argparse.Namespace, out: TextIO) -> int:
@@ -45,4 +57,4 @@ def cmd_worker(args: argparse.Namespace, out: TextIO) -> int:
     except ImportError as exc:
         raise DagwrightError(needs_extra("dagwright worker", "temporal", exc.name)) from exc
     overrides = {"temporal_task_queue": args.task_queue} if args.task_queue else {}
-    return serve(OrchestratorConfig(**overrides), identity=args.identity)
+    return serve(with_log_level(args, OrchestratorConfig(**overrides)), identity=args.identity)

@@ -33,9 +33,16 @@ THROUGHPUT_THRESHOLDS = (50_000, 20, 10)
 collection after 50,000 net new container objects instead of 700."""
 
 
+MODES: tuple[GcMode, ...] = ("untouched", "frozen", "throughput")
+
+
 def tune_collector(mode: GcMode = "throughput") -> None:
     """Tune this process's garbage collector for a server (see the module); call it once
-    the service has started (its catalog loaded, its app built)."""
+    the service has started (its catalog loaded, its app built). Another ``mode`` (a
+    typo, a value read from a variable) raises ``ValueError`` and changes nothing."""
+    if mode not in MODES:
+        raise ValueError(f"tune_collector({mode!r}): the mode is one of "
+                         f"{', '.join(MODES)} (ORCH_SERVE_GC's values)")
     if mode == "untouched":
         return
     gc.collect()  # what start left as garbage is freed, not frozen

@@ -66,8 +66,9 @@ def check_exposure(host: str, token: str | None, insecure: bool) -> None:
     """Refuse to listen beyond this machine without a token, unless told ``--insecure``."""
     if token is None and not insecure and not is_loopback(host):
         raise ConfigError(
-            f"refusing to listen on {host} without a token: anyone who can reach it could "
-            "start runs that call your tools. Set ORCH_SERVE_TOKEN (at least "
+            # "token: <word>" reads as a secret to the redaction of printed errors
+            f"refusing to listen on {host} without a token, since anyone who can reach it "
+            "could start runs that call your tools. Set ORCH_SERVE_TOKEN (at least "
             f"{MIN_TOKEN_CHARS} characters), listen on 127.0.0.1, or pass --insecure if the "
             "network itself is protected")
 

@@ -23,6 +23,7 @@ from orchestration.server._gc import tune_collector
 from orchestration.server._security import check_exposure, check_token
 from orchestration.server._tenants import Access, read_tenants
 from orchestration.server._workers import WorkerSupervisor, reuse_port_sockets, serve_app
+from orchestration.telemetry.exporters import tracer_provider_from_config
 
 __all__ = ["serve"]
 
@@ -65,6 +66,8 @@ def serve(*, host: str | None = None, port: int | None = None, insecure: bool = 
     workers = config.serve_workers if workers is None else workers
     if workers < 1:
         raise ConfigError(f"--workers {workers}: give at least 1")
+    if not 0 <= port <= 65535:  # the resolver would wrap it: 99999 is port 34463
+        raise ConfigError(f"--port {port}: give a port from 1 to 65535, or 0 for any free one")
     if workers > 1 and config.store_url.strip().lower().startswith("memory:"):
         # each process would keep its runs to itself: a run started through one worker
         # would be unknown (404) to the others, and never taken over if its worker died
@@ -81,7 +84,16 @@ def serve(*, host: str | None = None, port: int | None = None, insecure: bool = 
     check_exposure(host, token if tenants is None else "tenants", insecure)
     configure_logging(config)
     config = config.model_copy(update={"serve_host": host})
-    orchestrator = Orchestrator.from_env(config=config)  # a bad catalog fails here, once
+    # spans as ORCH_OTEL_EXPORTER says, as `dagwright run` and `worker` export them (each
+    # worker of --workers builds its own: worker_app); an otlp without its extra fails here
+    provider = tracer_provider_from_config(config)
+    try:
+        orchestrator = Orchestrator.from_env(  # a bad catalog fails here, once
+            config=config, tracer_provider=provider)
+    except BaseException:
+        if provider is not None:
+            provider.shutdown()
+        raise
     sock = _bind(host, port, reuse_port=workers > 1)
     try:
         shown = f"[{host}]" if ":" in host else host
@@ -97,7 +109,7 @@ def serve(*, host: str | None = None, port: int | None = None, insecure: bool = 
             orchestrator.close()
             _serve_workers(config, workers, sock)
         else:
-            app = serve_app(config, orchestrator)
+            app = serve_app(config, orchestrator, provider)
             server = uvicorn.Server(uvicorn.Config(
                 app, log_level=config.log_level.lower(), lifespan="on",
                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, log_config=None))
@@ -106,6 +118,8 @@ def serve(*, host: str | None = None, port: int | None = None, insecure: bool = 
     finally:
         sock.close()
         orchestrator.close()
+        if provider is not None:
+            provider.shutdown()  # flush the batched spans
     return 0
 
 
@@ -114,6 +128,7 @@ def _serve_workers(config: OrchestratorConfig, workers: int, sock: socket.socket
     worker that dies and stops them all on SIGINT/SIGTERM). Each builds its app from the
     environment, so what the command line chose goes there first."""
     os.environ["ORCH_SERVE_HOST"] = config.serve_host
+    os.environ["ORCH_LOG_LEVEL"] = config.log_level  # -q / -v of the command line
     uvicorn_config = uvicorn.Config(
         "orchestration.server._workers:worker_app", factory=True, workers=workers,
         log_level=config.log_level.lower(), lifespan="on",

@@ -31,6 +31,7 @@ from contextlib import asynccontextmanager, contextmanager
 from types import FrameType
 from typing import Any
 
+from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client.multiprocess import mark_process_dead
 from starlette.applications import Starlette
 from uvicorn.config import STARTUP_FAILURE, Config
@@ -43,16 +44,19 @@ from orchestration.server._app import create_app
 from orchestration.server._gc import tune_collector
 from orchestration.server._security import LOOPBACK_HOSTS, is_loopback
 from orchestration.server._tenants import read_tenants
+from orchestration.telemetry.exporters import tracer_provider_from_config
 from orchestration.telemetry.serving import MULTIPROC_ENV
 
 __all__ = ["WorkerSupervisor", "reuse_port_sockets", "serve_app", "worker_app",
            "worker_metrics_dir"]
 
 
-def serve_app(config: OrchestratorConfig, orchestrator: Orchestrator) -> Starlette:
+def serve_app(config: OrchestratorConfig, orchestrator: Orchestrator,
+              provider: TracerProvider | None = None) -> Starlette:
     """The app ``dagwright serve`` serves (one process, or each worker): every worker
     reads the same ``ORCH_SERVE_TOKEN``/``ORCH_SERVE_TOKENS``, so a tenant's token (and a
-    viewer's sign-in cookie, whose key is derived from them) works on any of them."""
+    viewer's sign-in cookie, whose key is derived from them) works on any of them.
+    ``provider``: the span exporter of ``ORCH_OTEL_EXPORTER``, flushed when the app stops."""
     token = config.serve_token.get_secret_value() if config.serve_token is not None else None
     token = token or None
     tokens = config.serve_tokens.get_secret_value() if config.serve_tokens is not None else ""
@@ -62,7 +66,26 @@ def serve_app(config: OrchestratorConfig, orchestrator: Orchestrator) -> Starlet
                      allowed_hosts=LOOPBACK_HOSTS
                      if not guarded and is_loopback(config.serve_host) else None)
     _take_nothing_over_once_stopping(app)
+    if provider is not None:
+        _flush_spans_when_stopping(app, provider)
     return app
+
+
+def _flush_spans_when_stopping(app: Starlette, provider: TracerProvider) -> None:
+    """Export the spans still batched once the app has stopped (its runs stopped, their
+    spans ended): after a graceful stop uvicorn re-raises SIGTERM, which ends the process
+    before any ``finally`` or exit handler of ours could."""
+    running = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[Any]:
+        try:
+            async with running(app) as state:
+                yield state
+        finally:
+            provider.force_flush()
+
+    app.router.lifespan_context = lifespan
 
 
 def _take_nothing_over_once_stopping(app: Starlette) -> None:
@@ -99,7 +122,10 @@ def worker_app() -> Starlette:
     """A worker's app, from the settings the parent left in the environment."""
     config = OrchestratorConfig()
     configure_logging(config)
-    app = serve_app(config, Orchestrator.from_env(config=config))
+    # the worker's own span exporter (ORCH_OTEL_EXPORTER), flushed as the app stops
+    provider = tracer_provider_from_config(config)
+    app = serve_app(config, Orchestrator.from_env(config=config, tracer_provider=provider),
+                    provider)
     parent = _stop_with_parent()
     # once the supervisor is gone every worker stops within PARENT_CHECK_S, each when it
     # notices: one that noticed later must not take over the runs another has just let go
