@@ -14,6 +14,17 @@ from orchestration.cli._parser import log_level, quiet
 from orchestration.config import OrchestratorConfig
 from orchestration.events import RunEvent
 
+_PARAMS_FROM = {
+    "plan": "parameters as planned",
+    "resilience": "sent again after a transport fault",
+    "validation_feedback": "parameters corrected from the tool's validation errors",
+    "semantic_retry": "parameters re-resolved from the query and upstream outputs",
+    "transient_override": "sent again: the error judged transient",
+    "approval": "parameters approved by a person",
+}
+"""What an attempt's layer says about it, in a progress line (the layer names where the
+attempt's parameters came from, not who stopped it)."""
+
 _PROGRESS_LOCK = threading.Lock()
 """Log records come from threads (sync Python tools); the display is one stream."""
 
@@ -57,8 +68,9 @@ class Progress:
                 self._line(f"planning: steps start as the plan streams in [run {event.run_id}]")
             self._step(data["step_id"], f"running   {data['tool']}.{data['capability']}")
         elif event.type == "attempt_finished" and data["outcome"] != "succeeded":
+            how = _PARAMS_FROM.get(data["layer"], data["layer"])
             self._step(data["step_id"], f"attempt {data['attempt']} {data['outcome']} "
-                                        f"({data.get('error_code') or '-'}, by {data['layer']})")
+                                        f"({data.get('error_code') or '-'}; {how})")
         elif event.type == "step_finished":
             self._step(data["step_id"], f"{data['status']:9} after {data['attempts']} attempt(s)")
         elif event.type == "approval_required":

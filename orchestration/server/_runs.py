@@ -75,7 +75,8 @@ class Busy(Exception):
         if closing:
             message = "this server is shutting down; try again in a few seconds"
         elif tenant is not None:
-            message = (f"tenant {tenant.name!r} already has {max_runs} runs executing (its "
+            runs = "run" if max_runs == 1 else "runs"
+            message = (f"tenant {tenant.name!r} already has {max_runs} {runs} executing (its "
                        "max_runs in ORCH_SERVE_TOKENS); try again when one has ended")
         else:
             message = (f"this server already executes {max_runs} runs "

@@ -209,6 +209,24 @@ def test_a_streamed_plan_is_announced_before_its_first_step() -> None:
         "plan ready: 3 step(s), 1 started as it streamed in [run r]"]
 
 
+def test_a_failed_attempt_says_where_its_parameters_came_from_not_who_stopped_it() -> None:
+    """A new user read "attempt 1 cancelled (RUN_CANCELLED, by plan)" as the plan having
+    cancelled it: the layer names where the attempt's parameters came from."""
+    lines = io.StringIO()
+    progress = Progress(lines, continuing=True)
+    for seq, (outcome, code, layer) in enumerate([
+            ("cancelled", "RUN_CANCELLED", "plan"),
+            ("failed", "INPUT_ERROR", "semantic_retry"), ("failed", None, "new_layer")]):
+        progress(RunEvent(run_id="r", seq=seq, type="attempt_finished", at=0.0, data={
+            "step_id": "pay", "attempt": seq + 1, "outcome": outcome, "error_code": code,
+            "layer": layer}))
+    assert lines.getvalue().splitlines() == [
+        "  pay: attempt 1 cancelled (RUN_CANCELLED; parameters as planned)",
+        "  pay: attempt 2 failed (INPUT_ERROR; parameters re-resolved from the query and "
+        "upstream outputs)",
+        "  pay: attempt 3 failed (-; new_layer)"]
+
+
 @pytest.mark.parametrize("argv", [["resume", "abc", "-q"], ["runs", "list", "-q"],
                                   ["approve", "abc", "pay", "-q"], ["tools", "-q"]])
 def test_quiet_and_verbose_are_taken_after_any_command(argv: list[str]) -> None:

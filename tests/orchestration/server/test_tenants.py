@@ -120,7 +120,7 @@ def test_a_tenant_is_held_to_its_own_run_slots_and_budgets(server: LiveServer,
             assert second.status_code == 429, second.text
             error = second.json()["error"]
             assert error["code"] == "too_many_runs" and error["details"]["tenant"] == "acme"
-            assert "tenant 'acme' already has 1 runs executing" in error["message"]
+            assert "tenant 'acme' already has 1 run executing" in error["message"]
             assert second.headers["Retry-After"]
             # another tenant is not held by acme's limit
             assert globex.post("/v1/runs", json={"query": QUERY, "plan": plan()}
