@@ -138,8 +138,16 @@ asyncio.run(main())
 that runs unchanged at this commit and at the reference."""
 
 
-def at_reference(commit: str, steps: int, repeats: int) -> dict[str, float]:
-    out = at_commit(common.REPO_ROOT, commit, ["-c", PROBE, str(steps), str(repeats)])
+def at_reference(commit: str | None, steps: int, repeats: int) -> dict[str, float]:
+    """:data:`PROBE` at ``commit`` (in a worktree), or in this tree when None: the two
+    commits compared by the same code in the same kind of process (the table's process
+    holds four orchestrators, so its absolute figures are not the probe's)."""
+    argv = ["-c", PROBE, str(steps), str(repeats)]
+    if commit is None:
+        out = subprocess.run([sys.executable, *argv], cwd=common.REPO_ROOT, check=True,
+                             capture_output=True, text=True, timeout=1800).stdout
+    else:
+        out = at_commit(common.REPO_ROOT, commit, argv)
     return dict(json.loads(out.strip().splitlines()[-1]))
 
 
@@ -164,7 +172,8 @@ def first_calls(commit: str | None, repeats: int, quick: bool) -> dict[str, tupl
 def render(argv: list[str], facts: dict[str, Any], steps: int, repeats: int,
            figures: dict[str, dict[str, float]],
            first: dict[str, dict[str, tuple[float, float]]], load: tuple[float, float],
-           before: tuple[str, dict[str, float]] | None = None) -> str:
+           before: tuple[str, dict[str, float]] | None = None,
+           probe_now: dict[str, float] | None = None) -> str:
     parts = [common.section_preamble("Planner path: reading the plan from the model",
                                      "planner_path", argv, facts)]
     given = figures["given plan"]
@@ -186,6 +195,11 @@ def render(argv: list[str], facts: dict[str, Any], steps: int, repeats: int,
     text = (f"**Finding**: the planner path at the defaults costs {x:.2f}× the given "
             f"plan per step in CPU ({whole['wall_us'] / given['wall_us']:.2f}× in wall "
             f"time): {'meets' if x <= TARGET_X else '**misses**'} the ≤ {TARGET_X:g}× goal.")
+    if probe_now is not None:
+        text += (f" The same probe (a fresh process with the given plan and the planner, "
+                 f"CPU) at this commit: given plan {probe_now['given plan']:.1f} µs/step, "
+                 f"planner path {probe_now['planner, whole answer']:.1f} µs/step — "
+                 f"{probe_now['planner, whole answer'] / probe_now['given plan']:.2f}×.")
     if before is not None:
         commit, was = before
         text += (f" At `{commit}`, in this run (the same probe, CPU): given plan "
@@ -234,8 +248,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:24} wall {f['wall_us']:7.1f} µs/step ({f['wall_us'] / given['wall_us']:.2f}× "
               f"given), CPU {f['cpu_us']:7.1f} µs/step ({f['cpu_us'] / given['cpu_us']:.2f}× given)",
               flush=True)
-    before = None
+    before = probe_now = None
     if reference:
+        probe_now = at_reference(None, steps, repeats)
+        print(f"this commit, the reference's probe: given plan CPU "
+              f"{probe_now['given plan']:.1f} µs/step, planner, whole answer "
+              f"{probe_now['planner, whole answer']:.1f} µs/step", flush=True)
         before = (reference, at_reference(reference, steps, repeats))
         print(f"`{reference}`: given plan CPU {before[1]['given plan']:.1f} µs/step, planner, "
               f"whole answer {before[1]['planner, whole answer']:.1f} µs/step "
@@ -254,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_report:
         common.write_section(args.report, "planner_path",
                              render(argv, facts, steps, repeats, figures, first, load,
-                                    before))
+                                    before, probe_now))
         print(f"wrote the planner_path section of {args.report}")
     return 0
 
