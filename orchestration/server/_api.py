@@ -253,6 +253,24 @@ def _store_error(exc: StoreError) -> ApiError:
     return ApiError(503, "store_unavailable", str(exc), details=details)
 
 
+_STARTING_A_RUN = (Busy, CredentialsRequired, StoreError)  # RunLeased is a StoreError
+"""What any start or continuation of a run may meet, answered alike by every endpoint
+(:func:`_run_error`); an endpoint catches its own cases before these."""
+
+
+def _run_error(exc: Busy | CredentialsRequired | StoreError, run_id: str | None) -> ApiError:
+    """The answer for one of :data:`_STARTING_A_RUN`: no free slot (429), per-run
+    credentials needed again (409), the run executing in another process (409), the store
+    failing (503)."""
+    if isinstance(exc, Busy):
+        return _busy(exc)
+    if isinstance(exc, CredentialsRequired):
+        return _credentials_required(exc)
+    if isinstance(exc, RunLeased):
+        return ApiError(409, "run_leased", str(exc), details={"run_id": run_id})
+    return _store_error(exc)
+
+
 def _check_plan(request: Request, plan: dict[str, Any]) -> None:
     """A plan that cannot run is refused here, naming its problems, rather than
     accepted and failed later."""
@@ -310,8 +328,6 @@ async def _start_workflow(request: Request, body: RunRequest) -> Response:
             body.workflow, body.inputs, run_id=body.run_id, tenant=tenant, context=context,
             credentials=body.credentials, session_id=body.session_id,
             synthesis=body.synthesis)
-    except Busy as exc:
-        raise _busy(exc) from exc
     except WorkflowError as exc:
         found = exc.path is not None
         seen = manager.as_a_client_sees_it
@@ -327,10 +343,8 @@ async def _start_workflow(request: Request, body: RunRequest) -> Response:
         raise ApiError(422, "invalid_inputs", message, details={
             "workflow": body.workflow,
             "fields": [{"field": "inputs", "problem": message}]}) from exc
-    except RunLeased as exc:
-        raise ApiError(409, "run_leased", str(exc), details={"run_id": body.run_id}) from exc
-    except StoreError as exc:
-        raise _store_error(exc) from exc
+    except _STARTING_A_RUN as exc:
+        raise _run_error(exc, body.run_id) from exc
     except DagwrightError as exc:  # the run id names a run of another query
         raise ApiError(409, "run_id_conflict", str(exc), details={"run_id": body.run_id}) from exc
     return await _wait(handle) if body.wait else _accepted(request, handle)
@@ -364,17 +378,14 @@ async def create_run(request: Request) -> Response:
                                      tenant=tenant, context=context,
                                      credentials=body.credentials, session_id=body.session_id,
                                      synthesis=body.synthesis)
-    except Busy as exc:
-        raise _busy(exc) from exc
     except InvalidInput as exc:
         raise _invalid_input(exc, _input_field(exc, "context")) from exc
-    except RunLeased as exc:
-        running = manager.orchestrator.active_run(body.run_id or "")
-        if running is not None:
+    except _STARTING_A_RUN as exc:
+        running = (manager.orchestrator.active_run(body.run_id or "")
+                   if isinstance(exc, RunLeased) else None)
+        if running is not None:  # the run asked for is executing here: it is that one
             return await _wait(running) if body.wait else _accepted(request, running)
-        raise ApiError(409, "run_leased", str(exc), details={"run_id": body.run_id}) from exc
-    except StoreError as exc:
-        raise _store_error(exc) from exc
+        raise _run_error(exc, body.run_id) from exc
     except DagwrightError as exc:  # the run id names a run of another query
         raise ApiError(409, "run_id_conflict", str(exc), details={"run_id": body.run_id}) from exc
     return await _wait(handle) if body.wait else _accepted(request, handle)
@@ -493,10 +504,6 @@ async def decide(request: Request) -> Response:
     try:
         handle = await manager.decide(run_id, step_id, approval, tenant=tenant,
                                       credentials=body.credentials)
-    except Busy as exc:
-        raise _busy(exc) from exc
-    except CredentialsRequired as exc:
-        raise _credentials_required(exc) from exc
     except InvalidInput as exc:
         raise _invalid_input(exc, "credentials") from exc
     except RunNotFound as exc:
@@ -508,10 +515,8 @@ async def decide(request: Request) -> Response:
         raise ApiError(409, "not_pending", str(exc), details={
             "run_id": run_id, "status": current.status,
             "pending": sorted(pending)}) from exc
-    except RunLeased as exc:
-        raise ApiError(409, "run_leased", str(exc), details={"run_id": run_id}) from exc
-    except StoreError as exc:
-        raise _store_error(exc) from exc
+    except _STARTING_A_RUN as exc:
+        raise _run_error(exc, run_id) from exc
     if handle is None:  # no free slot here: queued, continued by the first server with one
         return JSONResponse({"run_id": run_id, "status": "awaiting_approval",
                              "decision": "queued", "links": _links(request, run_id)},
@@ -537,18 +542,12 @@ async def resume_run(request: Request) -> Response:
         return _accepted(request, running)
     try:
         handle = await manager.resume(run_id, tenant=tenant, credentials=body.credentials)
-    except Busy as exc:
-        raise _busy(exc) from exc
-    except CredentialsRequired as exc:
-        raise _credentials_required(exc) from exc
     except InvalidInput as exc:
         raise _invalid_input(exc, "credentials") from exc
     except RunNotFound as exc:
         raise _not_found(run_id) from exc
-    except RunLeased as exc:
-        raise ApiError(409, "run_leased", str(exc), details={"run_id": run_id}) from exc
-    except StoreError as exc:
-        raise _store_error(exc) from exc
+    except _STARTING_A_RUN as exc:
+        raise _run_error(exc, run_id) from exc
     return _accepted(request, handle)
 
 
@@ -562,10 +561,8 @@ async def cancel(request: Request) -> Response:
         result = await manager.orchestrator.acancel(run_id, reason="cancelled through the API")
     except RunNotFound as exc:
         raise ApiError(404, "run_not_found", str(exc), details={"run_id": run_id}) from exc
-    except RunLeased as exc:
-        raise ApiError(409, "run_leased", str(exc), details={"run_id": run_id}) from exc
     except StoreError as exc:
-        raise _store_error(exc) from exc
+        raise _run_error(exc, run_id) from exc
     if result.status != "cancelled":
         raise _finished(run_id, result.status)
     return JSONResponse(result.to_dict())

@@ -334,6 +334,39 @@ def test_credentials_required_over_http_names_the_tools(api: ProfileAPI, tmp_pat
     assert api.refunds == []
 
 
+def test_a_run_id_of_a_stopped_run_asked_again_without_its_credentials_is_credentials_required(
+        api: ProfileAPI, tmp_path: Path) -> None:
+    """POST /v1/runs naming a run that stopped with its process continues it; without the
+    per-run credentials it needs that is the 409 credentials_required a resume answers
+    (naming the tools), not a 409 run_id_conflict saying the id is another query's."""
+    store = f"sqlite:///{tmp_path}/runs.db"
+    given = {"profiles": {"Authorization": f"Bearer {ALICE}"}}
+
+    async def start_and_stop() -> None:
+        first = orchestrator(catalog_of(api), store)
+        try:
+            handle = await first.astart("my orders", plan=PLAN, run_id="stopped-1",
+                                        credentials=given)
+            await handle.interrupt()  # its process stopped: it stays running, resumable
+        finally:
+            await first.aclose()
+
+    asyncio.run(start_and_stop())
+    with live_server(orchestrator(catalog_of(api), store)) as server, \
+            httpx.Client(base_url=server.url, timeout=30) as http:
+        again = http.post("/v1/runs", json={"query": "my orders", "plan": PLAN,
+                                            "run_id": "stopped-1", "wait": True})
+        assert again.status_code == 409, again.text
+        error = again.json()["error"]
+        assert error["code"] == "credentials_required", error
+        assert error["details"]["credentials_for"] == ["profiles"]
+        carrying = http.post("/v1/runs", json={"query": "my orders", "plan": PLAN,
+                                               "run_id": "stopped-1", "wait": True,
+                                               "credentials": given})
+        assert carrying.status_code == 200, carrying.text
+        assert carrying.json()["status"] == "succeeded"
+
+
 def test_a_decision_without_the_run_s_credentials_is_refused_as_such_on_a_full_server(
         api: ProfileAPI, tmp_path: Path) -> None:
     """A full server (no slot for the run) answered a decision that lacks the run's
