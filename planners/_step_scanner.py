@@ -74,23 +74,10 @@ class ScannedStep:
     decoded: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class _Whole:
-    """An element read whole (:meth:`StepScanner._whole_element`): where it ends, and
-    the step (None when a bound stopped the scanner at it)."""
-
-    end: int
-    step: ScannedStep | None
-
-
 _FEW_CHARS = 24
 """An element cannot fit in fewer characters than this (``{"id":"a","tool":"t",...``):
 with no more left in the piece, it is not tried whole (a model's stream of a few
 characters a piece would only pay for a failed decode per element)."""
-
-
-def end_of_piece_is_near(piece: str, at: int) -> bool:
-    return len(piece) - at < _FEW_CHARS
 
 
 @dataclass(slots=True)
@@ -207,11 +194,9 @@ class StepScanner:
                     self._expect_element = True
             elif char in "{[":
                 if len(self._stack) == self._steps_level and char == "{":
-                    whole = self._whole_element(piece, at)
-                    if whole is not None:
-                        i = whole.end
-                        if whole.step is not None:
-                            out.append(whole.step)
+                    end_of_whole = self._whole_element(piece, at, out)
+                    if end_of_whole is not None:
+                        i = end_of_whole
                         continue
                     self._element, self._element_chars, element_from = [], 0, at
                 self._open(char, top)
@@ -247,13 +232,14 @@ class StepScanner:
                 self._key = [""]  # too long to be a key that matters; keep skipping it
         return out
 
-    def _whole_element(self, piece: str, at: int) -> _Whole | None:
-        """The element that begins at ``at``, when the piece holds all of it: decoded in
-        one C pass (where it ends and its value at once), instead of walked bracket by
-        bracket and decoded again. None when it is not whole in this piece or is not
-        acceptable JSON: it is then walked as any element is (a cut element's next
-        pieces, and the bounds and errors of a bad one, stay the walker's)."""
-        if end_of_piece_is_near(piece, at):
+    def _whole_element(self, piece: str, at: int, out: list[ScannedStep]) -> int | None:
+        """Where the element that begins at ``at`` ends, when the piece holds all of it:
+        decoded in one C pass (its end and its value at once) and added to ``out``
+        (unless a bound stops the scanner at it), instead of walked bracket by bracket
+        and decoded again. None when it is not whole in this piece or is not acceptable
+        JSON: it is then walked as any element is (a cut element's next pieces, and the
+        bounds and errors of a bad one, stay the walker's)."""
+        if len(piece) - at < _FEW_CHARS:
             return None
         assert self._steps_level is not None
         try:
@@ -263,13 +249,12 @@ class StepScanner:
         if end - at > self.max_element_chars:
             self.failed = (f"step {self._count + 1} is longer than "
                            f"{self.max_element_chars} characters")
-            return _Whole(end, None)
-        if self._count >= self.max_steps:
+        elif self._count >= self.max_steps:
             self.failed = f"the plan has more than {self.max_steps} steps"
-            return _Whole(end, None)
-        step = ScannedStep(self._count, piece[at:end], self._steps_level, value, True)
-        self._count += 1
-        return _Whole(end, step)
+        else:
+            out.append(ScannedStep(self._count, piece[at:end], self._steps_level, value, True))
+            self._count += 1
+        return end
 
     def _open(self, char: str, parent: _Frame | None) -> None:
         path: tuple[str, ...] = ()
