@@ -66,12 +66,12 @@ FLUSH_MAX = 512
 """A buffer this large is flushed at once."""
 
 HOST = socket.gethostname()
+"""This machine's name, the first part of every lease holder's name (``host:pid:token``)."""
 _NONCE = uuid.uuid4().hex[:8]
 """Drawn once per process (a system call that costs ~10 us here, per run before): with
 the pid and a counter it makes every recorder's owner token unique, a pid reused after a
 restart included."""
 _OWNERS = itertools.count(1)
-"""This machine's name, the first part of every lease holder's name (``host:pid:token``)."""
 
 
 class RunChanged(RunLeased):
